@@ -1,0 +1,454 @@
+"""The MoE-aware cost model: one place that prices every layer, edge, boundary and sync.
+
+Everything the search optimises is linear in the per-stage layer counts of each layer kind, with
+coefficients produced here; :mod:`hapmoe_milp.cost.estimate` sums the same coefficients to evaluate a
+plan. That is what lets the DP, CP-SAT and MILP optimise exactly the quantity `estimate` reports.
+
+Conventions (per rank, per micro-batch of ``b`` samples on that stage's replica):
+``t = b*S/CP`` tokens of sequence; with sequence parallelism (always on when TP > 1, as Megatron requires
+for MoE) element-wise work and stored activations are further split by TP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hapmoe_milp.config import ParallelConfig, Recompute, Settings
+from hapmoe_milp.cost.primitives import BF16, FP32, GIB, attention_time, collective_time, gemm_time, memory_time
+from hapmoe_milp.specs.cluster import ClusterSpec
+from hapmoe_milp.specs.device import DeviceSpec
+from hapmoe_milp.specs.model import LayerKind, ModelSpec
+
+# Megatron's default DDP bucket: max(40M, 1M * dp) parameters (distributed_data_parallel_config.py).
+BUCKET_PARAMS = 40_000_000
+# Adam step on the fp32 shard: read master, grad, m, v (16 B), write master, m, v (12 B), bf16 param (2 B).
+ADAM_BYTES_PER_PARAM = 30
+# Framework/allocator overhead per rank, as Sailor's simulator uses (reference/papers.md §6.4).
+OVERHEAD_TP1 = 2.0 * GIB
+OVERHEAD_TP = 3.0 * GIB
+# Element-wise passes over a [t, h] bf16 tensor per layer forward: two norms (read+write each), two
+# residual adds (2 reads + 1 write), rotary embedding on Q/K, dropout/bias fusions -- an assumption.
+ELEMENTWISE_PASSES_H = 14
+# Permute + unpermute of routed tokens, read + write each, forward.
+PERMUTE_PASSES = 4
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """Per-rank, per-micro-batch cost of one layer (or edge) under one stage option."""
+
+    fwd: float
+    bwd: float
+    compute: float
+    tp: float
+    cp: float
+    ep: float
+    act: float  # bytes stored per micro-batch in flight
+    weights: float  # bytes: params + grads + optimizer state on this rank
+    params_dense: float  # local dense params (after TP)
+    params_expert: float  # local expert params (after EP*ETP)
+    rs: float  # seconds: gradient reduce-scatter (or all-reduce) of this layer's grads, once per iteration
+    ag: float  # seconds: parameter all-gather after the step (distributed optimizer)
+    opt: float  # seconds: optimizer step for this layer's shard
+    work: float = 0.0  # transient bytes needed while this layer runs (not multiplied by in-flight count)
+    parts: dict[str, float] = field(default_factory=dict, compare=False)
+
+
+ZERO = LayerCost(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+def link_for_span(span: int, node_size: int) -> str:
+    return "intra" if span <= node_size else "inter"
+
+
+class CostModel:
+    """Prices layers for one (model, cluster, settings); memoised per option."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, settings: Settings) -> None:
+        self.model = model
+        self.cluster = cluster
+        self.settings = settings
+        self._memo: dict[tuple, LayerCost] = {}
+
+    # ------------------------------------------------------------------ helpers
+    def device(self, did: str) -> DeviceSpec:
+        return self.cluster.device(did)
+
+    def node(self, did: str) -> int:
+        return self.cluster.node_size(did)
+
+    def _coll(self, dev: DeviceSpec, did: str, prim: str, size: float, n: int, span: int, **kw: float) -> float:
+        node = self.node(did)
+        link = link_for_span(span, node)
+        frac = dev.intra.group_bandwidth_fraction(n, node) if link == "intra" else 1.0
+        return collective_time(dev, prim, link, size, n, bw_fraction=frac, **kw)
+
+    # ------------------------------------------------------------------ one layer
+    def layer(self, did: str, cfg: ParallelConfig, b: int, kind: LayerKind, recompute: Recompute) -> LayerCost:
+        key = ("L", did, cfg, b, kind, recompute)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._layer(did, cfg, b, kind, recompute)
+            self._memo[key] = hit
+        return hit
+
+    def _layer(self, did: str, cfg: ParallelConfig, b: int, kind: LayerKind, recompute: Recompute) -> LayerCost:
+        m, st, dev = self.model, self.settings, self.device(did)
+        prec = st.precision
+        S = st.seq_length
+        h = m.hidden_size
+        tp, cp = cfg.tp, cfg.cp
+        t = b * S / cp
+        ts = t / tp  # sequence-parallel shard
+        is_moe = kind == "moe" or (kind == "mtp" and m.mtp_is_moe)
+
+        # ---- attention: projections (GEMMs, TP-sharded output dims) and flash-style core
+        f_comp = 0.0
+        attn_lin = self._attention_gemms(dev, t, tp, prec)
+        core_flops_f = t * S * self._core_macs() * 2 / tp  # causal: each query sees S/2 keys on average
+        attn_core_f = attention_time(dev, core_flops_f, S, backward=False)
+        attn_core_b = attention_time(dev, 2.5 * core_flops_f, S, backward=True)
+        f_comp += attn_lin + attn_core_f
+        b_comp = 2 * attn_lin + attn_core_b
+        elem = memory_time(dev, ELEMENTWISE_PASSES_H * ts * h * BF16)
+        f_comp += elem
+        b_comp += 2 * elem
+
+        # ---- MLP: dense, or router + routed experts + shared experts
+        n_tp_coll = 2  # attention AG + RS (forward)
+        routed_rows = 0.0
+        if is_moe:
+            E = m.num_experts or 1
+            k = m.moe_router_topk
+            fe = m.expert_ffn
+            local = E // cfg.ep
+            rows_per_expert = k * t * cfg.ep * cfg.etp / (tp * E)
+            routed_rows = rows_per_expert * local
+            imb = st.imbalance
+            exp_f = gemm_time(dev, rows_per_expert, (m.glu - 1) * fe / cfg.etp, h, prec, groups=local)
+            exp_f += gemm_time(dev, rows_per_expert, h, fe / cfg.etp, prec, groups=local)
+            exp_f += memory_time(dev, 3 * routed_rows * fe / cfg.etp * BF16)  # activation function
+            router = gemm_time(dev, ts, E, h, "bf16") + memory_time(dev, 4 * ts * E * FP32)
+            permute = memory_time(dev, PERMUTE_PASSES * k * ts * h * BF16)
+            f_comp += imb * exp_f + router + permute
+            b_comp += imb * 2 * exp_f + 2 * router + 2 * permute
+            if m.moe_shared_expert_intermediate_size:
+                sh = self._mlp_gemms(dev, t, m.moe_shared_expert_intermediate_size / tp, prec)
+                f_comp += sh
+                b_comp += 2 * sh
+                n_tp_coll += 2
+        else:
+            mlp = self._mlp_gemms(dev, t, m.ffn / tp, prec)
+            f_comp += mlp
+            b_comp += 2 * mlp
+            n_tp_coll += 2
+
+        # ---- MTP extras: 2h->h projection and its own logits + loss
+        if kind == "mtp":
+            proj = gemm_time(dev, t, h / tp, 2 * h, prec)
+            head_f, head_b = self._head(dev, t, tp, prec)
+            f_comp += proj + head_f
+            b_comp += 2 * proj + head_b
+
+        # ---- tensor-parallel collectives (sequence parallel: all-gather + reduce-scatter pairs)
+        tp_f = 0.0
+        if tp > 1:
+            tp_f = n_tp_coll / 2 * (
+                self._coll(dev, did, "all_gather", t * h * BF16, tp, tp)
+                + self._coll(dev, did, "reduce_scatter", t * h * BF16, tp, tp)
+            )
+        # ---- context parallel: ring exchange of K/V chunks, hidden behind the attention core when it can be
+        cp_f = cp_b = 0.0
+        if cp > 1:
+            kv_shards = tp if m.multi_latent_attention else min(tp, m.groups)
+            kv_bytes = t * (m.kv_dim + m.v_dim) * BF16 / kv_shards
+            step = self._coll(dev, did, "p2p", kv_bytes, 2, tp * cp)
+            cp_f = max(0.0, (cp - 1) * step - attn_core_f)
+            cp_b = max(0.0, 2 * (cp - 1) * step - attn_core_b)
+        # ---- expert parallel: dispatch + combine
+        ep_f = 0.0
+        if is_moe:
+            ep_f = self._ep_comm(dev, did, cfg, ts)
+        # exposed fraction when EP communication is overlapped with compute (--overlap-moe-expert-parallel-comm):
+        # half, an assumption until calibrated; backward repeats the forward traffic
+        ep_exposed = 0.5 if st.overlap_ep_comm else 1.0
+        ep_total = 2 * ep_f * ep_exposed
+
+        # ---- recompute: extra forward work during backward
+        rec = 0.0
+        if recompute == "full":
+            rec = f_comp + tp_f + cp_f + ep_f
+        elif recompute == "selective":
+            rec = elem + (memory_time(dev, 3 * routed_rows * m.expert_ffn / cfg.etp * BF16) if is_moe else 0.0)
+
+        fwd = f_comp + tp_f + cp_f + (ep_total / 2)
+        bwd = b_comp + tp_f + cp_b + (ep_total / 2) + rec
+
+        # ---- memory: weights + optimizer state, stored activations
+        p = m.layer_params(kind)
+        dense_local = p["tp"] / tp + p["replicated"]
+        exp_local = p["expert"] / (cfg.ep * cfg.etp) if p["expert"] else 0.0
+        act, work = self._activations(cfg, t, kind, is_moe, recompute, routed_rows)
+        weights, rs, ag, opt = self._state_and_sync(dev, did, cfg, dense_local, exp_local)
+        return LayerCost(
+            fwd=fwd,
+            bwd=bwd,
+            compute=f_comp + b_comp + rec,
+            tp=2 * tp_f,
+            cp=cp_f + cp_b,
+            ep=ep_total,
+            act=act,
+            weights=weights,
+            params_dense=dense_local,
+            params_expert=exp_local,
+            rs=rs,
+            ag=ag,
+            opt=opt,
+            work=work,
+            parts={"recompute": rec},
+        )
+
+    def _core_macs(self) -> float:
+        """Attention-core multiply-accumulates per (query token, key token) pair, all heads."""
+        m = self.model
+        if m.multi_latent_attention:
+            return m.num_attention_heads * (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) / 2
+        return m.num_attention_heads * m.head_dim
+
+    def _attention_gemms(self, dev: DeviceSpec, t: float, tp: int, prec: str) -> float:
+        m, h = self.model, self.model.hidden_size
+        if m.multi_latent_attention:
+            n = m.num_attention_heads
+            d_qk, d_r, d_v = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
+            tt = 0.0
+            if m.q_lora_rank:
+                tt += gemm_time(dev, t, m.q_lora_rank, h, prec)
+                tt += gemm_time(dev, t, n * (d_qk + d_r) / tp, m.q_lora_rank, prec)
+            else:
+                tt += gemm_time(dev, t, n * (d_qk + d_r) / tp, h, prec)
+            tt += gemm_time(dev, t, m.kv_lora_rank + d_r, h, prec)
+            tt += gemm_time(dev, t, n * (d_qk + d_v) / tp, m.kv_lora_rank, prec)
+            tt += gemm_time(dev, t, h, n * d_v / tp, prec)
+            return tt
+        qkv = m.q_dim + 2 * m.groups * m.head_dim
+        return gemm_time(dev, t, qkv / tp, h, prec) + gemm_time(dev, t, h, m.q_dim / tp, prec)
+
+    def _mlp_gemms(self, dev: DeviceSpec, t: float, f_local: float, prec: str) -> float:
+        m, h = self.model, self.model.hidden_size
+        fc1 = gemm_time(dev, t, (m.glu - 1) * f_local, h, prec)
+        fc2 = gemm_time(dev, t, h, f_local, prec)
+        act = memory_time(dev, 3 * t * f_local * BF16)
+        return fc1 + fc2 + act
+
+    def _head(self, dev: DeviceSpec, t: float, tp: int, prec: str) -> tuple[float, float]:
+        """Output projection to the vocabulary and cross-entropy (fp32 logits)."""
+        m = self.model
+        v_local = m.padded_vocab(tp) / tp
+        g = gemm_time(dev, t, v_local, m.hidden_size, "bf16")
+        ce = memory_time(dev, 3 * t * v_local * FP32)
+        return g + ce, 2 * g + ce
+
+    def _ep_comm(self, dev: DeviceSpec, did: str, cfg: ParallelConfig, ts: float) -> float:
+        """Forward dispatch + combine for one layer (backward repeats it)."""
+        m, st, h = self.model, self.settings, self.model.hidden_size
+        k = m.moe_router_topk
+        n_ep = cfg.ep * cfg.etp
+        if st.dispatcher == "allgather":
+            if n_ep <= 1:
+                return 0.0
+            size = n_ep * ts * h * BF16
+            span = n_ep
+            return self._coll(dev, did, "all_gather", size, n_ep, span) + self._coll(
+                dev, did, "reduce_scatter", size, n_ep, span
+            )
+        out = 0.0
+        if cfg.ep > 1:
+            size = ts * cfg.etp * k * h * BF16 * st.imbalance
+            a2a = self._coll(dev, did, "all_to_all", size, cfg.ep, n_ep)
+            out += 2 * a2a
+        if cfg.etp > 1:
+            size = cfg.etp * k * ts * h * BF16
+            out += self._coll(dev, did, "all_gather", size, cfg.etp, cfg.etp)
+            out += self._coll(dev, did, "reduce_scatter", size, cfg.etp, cfg.etp)
+        return out
+
+    def _activations(
+        self, cfg: ParallelConfig, t: float, kind: LayerKind, is_moe: bool, recompute: Recompute, routed_rows: float
+    ) -> tuple[float, float]:
+        """Stored bytes per micro-batch, and the transient working set of the layer.
+
+        Component accounting that reduces to Megatron's ``s*b*h*(18 + 4F/h)/TP`` for a dense MHA
+        non-gated layer with SP and flash attention; unlike Megatron's formula it counts GQA/MLA shapes,
+        gated MLPs, and the routed tokens of MoE layers (top-k copies, at the expert width).
+        """
+        m, h = self.model, self.model.hidden_size
+        tp = cfg.tp
+        ts = t / tp
+        glu_out = 2 if m.swiglu else 1
+        if m.multi_latent_attention:
+            n = m.num_attention_heads
+            qkv = 2 * n * (m.qk_head_dim + m.qk_pos_emb_head_dim) + n * m.v_head_dim
+            latent = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_pos_emb_head_dim
+            attn = ts * (5 * h + 2 * qkv + 2 * n * m.v_head_dim + 2 * latent)
+        else:
+            qkv = m.q_dim + 2 * m.groups * m.head_dim
+            attn = ts * (5 * h + 2 * qkv + 2 * m.q_dim)
+        if is_moe:
+            fe = m.expert_ffn / cfg.etp
+            mlp = ts * 5 * h + routed_rows * self.settings.imbalance * (2 * h + 2 * glu_out * fe + 2 * fe)
+            mlp += ts * 4 * (m.num_experts or 0)  # fp32 router probabilities
+            if m.moe_shared_expert_intermediate_size:
+                fs = m.moe_shared_expert_intermediate_size
+                mlp += ts * (2 * glu_out * fs + 2 * fs)
+            sel_saved = ts * 2 * h + routed_rows * self.settings.imbalance * 2 * fe
+            dispatch_buf = 2 * routed_rows * self.settings.imbalance * h * BF16
+        else:
+            f = m.ffn
+            mlp = ts * (5 * h + 2 * glu_out * f + 2 * f)
+            sel_saved = ts * 2 * h + ts * 2 * f
+            dispatch_buf = 0.0
+        if kind == "mtp":
+            mlp += ts * 2 * 2 * h
+        full = attn + mlp
+        if recompute == "none":
+            stored = full
+        elif recompute == "selective":
+            stored = full - sel_saved - ts * 2 * h
+        else:
+            stored = ts * 2 * h
+        work = full + dispatch_buf
+        return stored, work
+
+    def _state_and_sync(
+        self, dev: DeviceSpec, did: str, cfg: ParallelConfig, dense_local: float, exp_local: float
+    ) -> tuple[float, float, float, float]:
+        """Weights/grads/optimizer bytes, and gradient RS / param AG / Adam times for those params."""
+        st = self.settings
+        dp_dense = cfg.dp * cfg.cp
+        edp = cfg.edp or 1
+        g = cfg.devices
+        if st.distributed_optimizer:
+            weights = (6 + 12 / dp_dense) * dense_local + (6 + 12 / edp) * exp_local
+        else:
+            weights = 18 * (dense_local + exp_local)
+        rs = ag = 0.0
+        for params, n in ((dense_local, dp_dense), (exp_local, edp)):
+            if params <= 0 or n <= 1:
+                continue
+            bucket = max(BUCKET_PARAMS, 1_000_000 * n)
+            if st.distributed_optimizer:
+                rs += self._coll(dev, did, "reduce_scatter", FP32 * params, n, g, table_size=FP32 * bucket)
+                ag += self._coll(dev, did, "all_gather", BF16 * params, n, g, table_size=BF16 * bucket)
+            else:
+                rs += self._coll(dev, did, "all_reduce", FP32 * params, n, g, table_size=FP32 * bucket)
+        shard = (dense_local / dp_dense + exp_local / edp) if st.distributed_optimizer else dense_local + exp_local
+        opt = memory_time(dev, ADAM_BYTES_PER_PARAM * shard)
+        return weights, rs, ag, opt
+
+    # ------------------------------------------------------------------ stage edges
+    def first_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
+        """Input embedding on the first stage."""
+        key = ("E", did, cfg, b)
+        hit = self._memo.get(key)
+        if hit is None:
+            m, dev = self.model, self.device(did)
+            t = b * self.settings.seq_length / cfg.cp
+            ts = t / cfg.tp
+            lookup = memory_time(dev, 2 * ts * m.hidden_size * BF16)
+            tp_c = self._coll(dev, did, "reduce_scatter", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+            dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp
+            weights, rs, ag, opt = self._state_and_sync(dev, did, cfg, dense_local, 0.0)
+            hit = LayerCost(
+                fwd=lookup + tp_c,
+                bwd=2 * lookup + tp_c,
+                compute=3 * lookup,
+                tp=2 * tp_c,
+                cp=0.0,
+                ep=0.0,
+                act=ts * m.hidden_size * BF16,
+                weights=weights,
+                params_dense=dense_local,
+                params_expert=0.0,
+                rs=rs,
+                ag=ag,
+                opt=opt,
+            )
+            self._memo[key] = hit
+        return hit
+
+    def last_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
+        """Final norm, output projection and loss on the last stage (plus a tied embedding copy)."""
+        key = ("H", did, cfg, b)
+        hit = self._memo.get(key)
+        if hit is None:
+            m, dev = self.model, self.device(did)
+            t = b * self.settings.seq_length / cfg.cp
+            head_f, head_b = self._head(dev, t, cfg.tp, self.settings.precision)
+            tp_c = self._coll(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+            dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp + m.hidden_size * m.norm_params
+            weights, rs, ag, opt = self._state_and_sync(dev, did, cfg, dense_local, 0.0)
+            v_local = m.padded_vocab(cfg.tp) / cfg.tp
+            logits = 2 * t * v_local * FP32  # fp32 logits and their gradient, transient
+            hit = LayerCost(
+                fwd=head_f + tp_c,
+                bwd=head_b + tp_c,
+                compute=head_f + head_b,
+                tp=2 * tp_c,
+                cp=0.0,
+                ep=0.0,
+                act=t / cfg.tp * m.hidden_size * BF16,
+                weights=weights,
+                params_dense=dense_local,
+                params_expert=0.0,
+                rs=rs,
+                ag=ag,
+                opt=opt,
+                work=logits,
+            )
+            self._memo[key] = hit
+        return hit
+
+    def fixed_memory(self, did: str, cfg: ParallelConfig, b: int) -> float:
+        """Per-rank bytes independent of layer count: one layer's working set (the largest kind, so the
+        bound does not depend on which kinds a stage holds) plus framework overhead."""
+        key = ("F", did, cfg, b)
+        hit = self._memo.get(key)
+        if hit is None:
+            kinds = set(self.model.layer_kinds)
+            work = max(self.layer(did, cfg, b, k, "none").work for k in kinds)
+            hit_v = work + (OVERHEAD_TP if cfg.tp > 1 else OVERHEAD_TP1)
+            self._memo[key] = LayerCost(0, 0, 0, 0, 0, 0, 0, hit_v, 0, 0, 0, 0, 0)
+            return hit_v
+        return hit.weights
+
+    def capacity(self, did: str) -> float:
+        return self.device(did).memory_gib * GIB * (1.0 - self.settings.memory_headroom)
+
+    # ------------------------------------------------------------------ boundaries
+    def boundary_link(self, prev: str, prev_devices: int, cur: str, cur_devices: int) -> str:
+        """Link class of the pipeline boundary between two stages (same rule in search and estimate)."""
+        if prev != cur:
+            return "cross"
+        node = self.node(cur)
+        return "intra" if prev_devices < node and cur_devices < node else "inter"
+
+    def p2p(self, src: str, src_cfg: ParallelConfig, src_b: int, dst: str, dst_devices: int) -> float:
+        """One activation (or gradient) transfer across a boundary, per micro-batch, per rank.
+
+        Sized on the sending stage's per-rank shard (sequence-parallel activations ``b*S/(CP*TP) x h``).
+        """
+        key = ("P", src, src_cfg, src_b, dst, dst_devices)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit.fwd
+        m = self.model
+        nbytes = src_b * self.settings.seq_length / src_cfg.cp / src_cfg.tp * m.hidden_size * BF16
+        link = self.boundary_link(src, src_cfg.devices, dst, dst_devices)
+        if link == "cross":
+            a, c = self.device(src), self.device(dst)
+            bw = self.cluster.cross.bandwidth(a, c)
+            val = self.cluster.cross.latency_us * 1e-6 + nbytes / (bw * 1e9)
+        else:
+            val = collective_time(self.device(src), "p2p", link, nbytes, 2)
+        self._memo[key] = LayerCost(val, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        return val

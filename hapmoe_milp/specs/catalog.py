@@ -1,0 +1,105 @@
+"""Where catalog entries live and how names, paths and inline forms resolve to specs.
+
+A :class:`Catalog` is a value, not a global: the CLI builds one from its options (``--devices-dir``)
+and passes it down, so tests can point at their own folders.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hapmoe_milp.errors import SpecError
+from hapmoe_milp.specs._fields import load_document
+from hapmoe_milp.specs.cluster import INLINE_RE, ClusterSpec, cluster_from_dict, parse_inline
+from hapmoe_milp.specs.device import DeviceSpec, device_from_dict
+from hapmoe_milp.specs.model import ModelSpec, load_model_file
+
+ENV_ROOT = "HAPMOE_CATALOG"
+
+
+def default_root() -> Path:
+    """The project checkout (editable install) or the folder named by $HAPMOE_CATALOG."""
+    env = os.environ.get(ENV_ROOT)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2]
+
+
+def _looks_like_path(s: str) -> bool:
+    return "/" in s or os.sep in s or s.endswith((".yaml", ".yml", ".json"))
+
+
+@dataclass(frozen=True)
+class Catalog:
+    root: Path = field(default_factory=default_root)
+    devices_dirs: tuple[Path, ...] = ()
+
+    @property
+    def models_dir(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def clusters_dir(self) -> Path:
+        return self.root / "clusters"
+
+    @property
+    def device_search_path(self) -> tuple[Path, ...]:
+        return (*self.devices_dirs, self.root / "clusters" / "devices")
+
+    # ------------------------------------------------------------------ listing
+    @staticmethod
+    def _names(d: Path) -> list[str]:
+        if not d.is_dir():
+            return []
+        return sorted(p.stem for p in d.glob("*.yaml") if not p.name.startswith("_"))
+
+    def model_names(self) -> list[str]:
+        return self._names(self.models_dir)
+
+    def cluster_names(self) -> list[str]:
+        return self._names(self.clusters_dir)
+
+    def device_names(self) -> list[str]:
+        names: list[str] = []
+        for d in self.device_search_path:
+            for n in self._names(d):
+                if n not in names:
+                    names.append(n)
+        return sorted(names)
+
+    @staticmethod
+    def _unknown(kind: str, name: str, known: list[str], source: str | None = None, fld: str | None = None) -> SpecError:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(known)}" if known else ""
+        return SpecError(f"unknown {kind} {name!r}{hint}", source=source, field=fld)
+
+    # ------------------------------------------------------------------ resolution
+    def model(self, ref: str) -> ModelSpec:
+        if _looks_like_path(ref) or Path(ref).is_file():
+            return load_model_file(ref)
+        p = self.models_dir / f"{ref.lower()}.yaml"
+        if not p.is_file():
+            raise self._unknown("model", ref, self.model_names(), fld="--model")
+        return load_model_file(p)
+
+    def device(self, ref: str, source: str = "", fld: str = "") -> DeviceSpec:
+        if _looks_like_path(ref):
+            return device_from_dict(load_document(ref), ref)
+        for d in self.device_search_path:
+            p = d / f"{ref.lower()}.yaml"
+            if p.is_file():
+                return device_from_dict(load_document(p), str(p))
+        raise self._unknown("device", ref, self.device_names(), source or None, fld or None)
+
+    def cluster(self, ref: str) -> ClusterSpec:
+        if INLINE_RE.match(ref) and not Path(ref).is_file():
+            return parse_inline(ref, self.device)
+        if _looks_like_path(ref) or Path(ref).is_file():
+            return cluster_from_dict(load_document(ref), ref, self.device)
+        p = self.clusters_dir / f"{ref.lower()}.yaml"
+        if not p.is_file():
+            raise self._unknown("cluster", ref, self.cluster_names(), fld="--cluster")
+        return cluster_from_dict(load_document(p), str(p), self.device)

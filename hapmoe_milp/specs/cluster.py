@@ -1,0 +1,191 @@
+"""Cluster specs: node groups of one device type each, and the link between device types.
+
+Different vendors' collective libraries do not interoperate, so traffic between device types runs over
+the shared scale-out network through a bridging layer. Its bandwidth is modelled as
+``min(NIC_a, NIC_b) x efficiency`` with the efficiency an explicit, cited assumption per cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hapmoe_milp.errors import SpecError
+from hapmoe_milp.specs._fields import Fields
+from hapmoe_milp.specs.device import DeviceSpec
+
+INLINE_RE = re.compile(r"^\s*\d+\s*[x*]\s*[A-Za-z0-9_.-]+(\s*\+\s*\d+\s*[x*]\s*[A-Za-z0-9_.-]+)*\s*$")
+
+DEFAULT_CROSS_EFFICIENCY = 0.6
+DEFAULT_CROSS_LATENCY_US = 30.0
+CROSS_ASSUMPTION = (
+    "assumed: cross-type traffic runs GPU-direct RDMA over the shared scale-out network at "
+    "min(NIC_a, NIC_b) x 0.6 (reference/hardware.md §3.6 gives 0.5-0.8 for GPU-direct RDMA; "
+    "no public measurement), 30 us latency"
+)
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    device: DeviceSpec
+    nodes: int
+    devices_per_node: int
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+
+@dataclass(frozen=True)
+class CrossLink:
+    efficiency: float = DEFAULT_CROSS_EFFICIENCY
+    latency_us: float = DEFAULT_CROSS_LATENCY_US
+    bandwidth_GBps: float | None = None
+    assumption: str = CROSS_ASSUMPTION
+
+    def bandwidth(self, a: DeviceSpec, b: DeviceSpec) -> float:
+        """Per-device GB/s between two device types."""
+        if self.bandwidth_GBps is not None:
+            return self.bandwidth_GBps
+        return min(a.nic_GBps, b.nic_GBps) * self.efficiency
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    groups: tuple[NodeGroup, ...]
+    cross: CrossLink = CrossLink()
+    description: str = ""
+    sources: tuple[str, ...] = ()
+    prices: tuple[tuple[str, float], ...] = ()
+    origin: str = ""
+
+    @property
+    def device_types(self) -> tuple[str, ...]:
+        seen: list[str] = []
+        for g in self.groups:
+            if g.device.id not in seen:
+                seen.append(g.device.id)
+        return tuple(seen)
+
+    def device(self, did: str) -> DeviceSpec:
+        for g in self.groups:
+            if g.device.id == did:
+                return g.device
+        raise SpecError(f"device type {did!r} is not in cluster {self.name}")
+
+    @property
+    def inventory(self) -> dict[str, int]:
+        inv: dict[str, int] = {}
+        for g in self.groups:
+            inv[g.device.id] = inv.get(g.device.id, 0) + g.devices
+        return inv
+
+    def node_size(self, did: str) -> int:
+        return max(g.devices_per_node for g in self.groups if g.device.id == did)
+
+    @property
+    def world_size(self) -> int:
+        return sum(g.devices for g in self.groups)
+
+    @property
+    def is_heterogeneous(self) -> bool:
+        return len(self.device_types) > 1
+
+    def price(self, did: str) -> float | None:
+        for k, v in self.prices:
+            if k == did:
+                return v
+        return self.device(did).price_per_hour
+
+    @property
+    def aggregate_peak_tflops(self) -> float:
+        return sum(g.devices * g.device.dense_peak_tflops for g in self.groups)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "devices": self.world_size,
+            "composition": " + ".join(f"{g.device.id}({g.nodes}x{g.devices_per_node})" for g in self.groups),
+            "types": list(self.device_types),
+            "aggregate_bf16_pflops": round(self.aggregate_peak_tflops / 1000.0, 2),
+            "description": self.description,
+        }
+
+
+DeviceResolver = Callable[[str, str, str], DeviceSpec]
+
+
+def cluster_from_dict(doc: dict[str, Any], source: str, resolve_device: DeviceResolver) -> ClusterSpec:
+    f = Fields(doc, source)
+    name = f.str_("name")
+    groups: list[NodeGroup] = []
+    raw_groups = f.list_("groups")
+    if not raw_groups:
+        raise f.err("groups", "must list at least one node group")
+    for i, g in enumerate(raw_groups):
+        gf = Fields(g, source, f"groups[{i}]")
+        dev = resolve_device(gf.str_("device"), source, gf.path("device"))
+        dpn = gf.int_("devices_per_node", dev.devices_per_node)
+        groups.append(NodeGroup(dev, gf.int_("nodes"), dpn))
+        gf.reject_unknown(allowed_extra=("note",))
+    cross = CrossLink()
+    cf = f.sub("cross_link", None)
+    if cf is not None:
+        eff = cf.float_("efficiency", DEFAULT_CROSS_EFFICIENCY)
+        if eff > 1:
+            raise cf.err("efficiency", f"must be a fraction <= 1, got {eff}")
+        cross = CrossLink(
+            efficiency=eff,
+            latency_us=cf.float_("latency_us", DEFAULT_CROSS_LATENCY_US, allow_zero=True),
+            bandwidth_GBps=cf.float_("bandwidth_GBps", None),
+            assumption=cf.str_("assumption", CROSS_ASSUMPTION),
+        )
+        cf.reject_unknown(allowed_extra=("note", "source"))
+    prices: list[tuple[str, float]] = []
+    pf = f.sub("prices", None)
+    if pf is not None:
+        for k in list(pf.doc):
+            prices.append((str(k), pf.float_(str(k))))
+    src = f.raw("sources", [])
+    if isinstance(src, str):
+        src = [src]
+    c = ClusterSpec(
+        name=name,
+        groups=tuple(groups),
+        cross=cross,
+        description=f.str_("description", ""),
+        sources=tuple(str(s) for s in src),
+        prices=tuple(prices),
+        origin=source,
+    )
+    f.reject_unknown(allowed_extra=("notes",))
+    return c
+
+
+def parse_inline(text: str, resolve_device: DeviceResolver) -> ClusterSpec:
+    """``8xh800+16x910b``: counts per device type; node size from each device entry."""
+    if not INLINE_RE.match(text):
+        raise SpecError(f"not an inline cluster (expected e.g. 8xh800+16x910b): {text!r}", field="--cluster")
+    groups: list[NodeGroup] = []
+    for part in text.replace(" ", "").split("+"):
+        m = re.match(r"^(\d+)[x*](.+)$", part)
+        assert m is not None
+        count, did = int(m.group(1)), m.group(2)
+        if count <= 0:
+            raise SpecError(f"device count must be positive in {part!r}", field="--cluster")
+        dev = resolve_device(did, "--cluster", part)
+        dpn = dev.devices_per_node
+        if count % dpn == 0:
+            groups.append(NodeGroup(dev, count // dpn, dpn))
+        elif count < dpn:
+            groups.append(NodeGroup(dev, 1, count))
+        else:
+            raise SpecError(
+                f"{count} {did} is neither a whole number of {dpn}-device nodes nor less than one node",
+                source="--cluster",
+                field=part,
+            )
+    return ClusterSpec(name=text.replace(" ", ""), groups=tuple(groups), description="inline", origin="inline")

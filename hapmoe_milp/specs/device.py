@@ -1,0 +1,195 @@
+"""Device specs: capacity, peaks, fabric, and the lookup tables the cost model reads.
+
+A device file is either shipped (``provenance: datasheet+public-benchmarks``, every number with a
+source or marked as an assumption) or written by ``hapmoe-milp profile`` (``provenance: profiled``,
+with host, date and tool versions). Both have the same schema so one can replace the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from hapmoe_milp.errors import SpecError
+from hapmoe_milp.specs._fields import Fields, load_document
+from hapmoe_milp.specs.tables import Table, table_from_fields
+
+PRIMITIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+LINK_CLASSES = ("intra", "inter")
+FABRICS = ("switch", "mesh", "pcie")
+PROVENANCES = ("datasheet+public-benchmarks", "profiled")
+Precision = Literal["bf16", "fp8"]
+
+
+@dataclass(frozen=True)
+class IntraNode:
+    """Scale-up fabric. ``mesh`` (MI300X, 910B) means one direct link per pair and no switch, so a group
+    of n devices can use at most (n-1) links; ``switch`` (NVSwitch) gives every pair the full rate."""
+
+    fabric: str
+    per_device_GBps: float
+    per_pair_GBps: float
+
+    def group_bandwidth_fraction(self, n: int, devices_per_node: int) -> float:
+        """Fraction of the full-node collective bandwidth that an n-device group inside a node gets."""
+        if self.fabric != "mesh" or n >= devices_per_node:
+            return 1.0
+        usable = min(self.per_device_GBps, (n - 1) * self.per_pair_GBps)
+        full = min(self.per_device_GBps, (devices_per_node - 1) * self.per_pair_GBps)
+        return usable / full
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    id: str
+    name: str
+    vendor: str
+    provenance: str
+    memory_gib: float
+    memory_bandwidth_GBps: float
+    peak_tflops: dict[str, float]
+    devices_per_node: int
+    intra: IntraNode
+    nic_Gbps: float
+    gemm_efficiency: Table
+    attention_efficiency: Table
+    attention_bwd_efficiency: Table
+    memory_bound_efficiency: float
+    collectives: dict[str, dict[str, Table]]
+    sources: tuple[str, ...] = ()
+    assumptions: tuple[str, ...] = ()
+    profiled: dict[str, str] = field(default_factory=dict)
+    price_per_hour: float | None = None
+    origin: str = ""
+
+    def peak(self, precision: str = "bf16") -> float:
+        """Dense peak TFLOP/s for the precision; V100-class parts without BF16 fall back to FP16."""
+        if precision == "fp8":
+            if "fp8" in self.peak_tflops:
+                return self.peak_tflops["fp8"]
+            return self.peak("bf16")
+        if "bf16" in self.peak_tflops:
+            return self.peak_tflops["bf16"]
+        return self.peak_tflops["fp16"]
+
+    @property
+    def dense_peak_tflops(self) -> float:
+        return self.peak("bf16")
+
+    @property
+    def nic_GBps(self) -> float:
+        return self.nic_Gbps / 8.0
+
+    def busbw(self, primitive: str, link: str, nbytes: float) -> float:
+        """Collective bus bandwidth (GB/s) for a message of ``nbytes`` per rank on a link class."""
+        return self.collectives[link][primitive](nbytes)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "vendor": self.vendor,
+            "memory_gib": self.memory_gib,
+            "bf16_tflops": self.peak("bf16"),
+            "fp8_tflops": self.peak_tflops.get("fp8"),
+            "devices_per_node": self.devices_per_node,
+            "fabric": self.intra.fabric,
+            "intra_GBps": self.intra.per_device_GBps,
+            "pair_GBps": self.intra.per_pair_GBps,
+            "nic_Gbps": self.nic_Gbps,
+            "provenance": self.provenance,
+        }
+
+
+def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
+    f = Fields(doc, source)
+    did = f.str_("id")
+    peaks_f = f.sub("peak_tflops")
+    assert peaks_f is not None
+    peaks: dict[str, float] = {}
+    for k in ("bf16", "fp16", "fp8"):
+        v = peaks_f.float_(k, None)
+        if v is not None:
+            peaks[k] = v
+    peaks_f.reject_unknown(allowed_extra=("note", "tf32", "fp32"))
+    if "bf16" not in peaks and "fp16" not in peaks:
+        raise f.err("peak_tflops", "needs bf16 (or fp16 for parts without bf16)")
+    intra_f = f.sub("intra_node")
+    assert intra_f is not None
+    intra = IntraNode(
+        fabric=intra_f.choice("fabric", FABRICS),
+        per_device_GBps=intra_f.float_("per_device_GBps"),
+        per_pair_GBps=intra_f.float_("per_pair_GBps"),
+    )
+    intra_f.reject_unknown(allowed_extra=("note", "tech"))
+    if intra.per_pair_GBps > intra.per_device_GBps * 1.0001:
+        raise intra_f.err("per_pair_GBps", "cannot exceed per_device_GBps")
+    tf = f.sub("tables")
+    assert tf is not None
+    gemm = table_from_fields(tf.sub("gemm_efficiency"))  # type: ignore[arg-type]
+    attn = table_from_fields(tf.sub("attention_efficiency"))  # type: ignore[arg-type]
+    attn_b = table_from_fields(tf.sub("attention_bwd_efficiency"))  # type: ignore[arg-type]
+    for t, nm in ((gemm, "gemm_efficiency"), (attn, "attention_efficiency"), (attn_b, "attention_bwd_efficiency")):
+        if max(t.y) > 1.0:
+            raise tf.err(nm, f"efficiencies are fractions of peak and must be <= 1, got {max(t.y)}")
+    mbe = tf.float_("memory_bound_efficiency")
+    if mbe > 1:
+        raise tf.err("memory_bound_efficiency", f"must be a fraction <= 1, got {mbe}")
+    coll_f = tf.sub("collectives")
+    assert coll_f is not None
+    colls: dict[str, dict[str, Table]] = {}
+    for link in LINK_CLASSES:
+        lf = coll_f.sub(link)
+        assert lf is not None
+        colls[link] = {}
+        for prim in PRIMITIVES:
+            colls[link][prim] = table_from_fields(lf.sub(prim))  # type: ignore[arg-type]
+        lf.reject_unknown(allowed_extra=("note",))
+    coll_f.reject_unknown(allowed_extra=("note",))
+    tf.reject_unknown(allowed_extra=("note",))
+    prov = f.choice("provenance", PROVENANCES)
+    profiled: dict[str, str] = {}
+    pf = f.sub("profiled", None)
+    if pf is not None:
+        profiled = {str(k): str(v) for k, v in pf.doc.items()}
+        pf._seen.update(pf.doc)  # free-form
+    if prov == "profiled" and not profiled:
+        raise f.err("profiled", "a profiled table must record host, date and tool versions")
+    sources = f.list_("sources", [])
+    if prov != "profiled" and not sources:
+        raise f.err("sources", "a shipped table must cite its sources")
+    dev = DeviceSpec(
+        id=did,
+        name=f.str_("name"),
+        vendor=f.str_("vendor"),
+        provenance=prov,
+        memory_gib=f.float_("memory_gib"),
+        memory_bandwidth_GBps=f.float_("memory_bandwidth_GBps"),
+        peak_tflops=peaks,
+        devices_per_node=f.int_("devices_per_node"),
+        intra=intra,
+        nic_Gbps=f.float_("nic_Gbps"),
+        gemm_efficiency=gemm,
+        attention_efficiency=attn,
+        attention_bwd_efficiency=attn_b,
+        memory_bound_efficiency=mbe,
+        collectives=colls,
+        sources=tuple(str(s) for s in sources),
+        assumptions=tuple(str(s) for s in f.list_("assumptions", [])),
+        profiled=profiled,
+        price_per_hour=f.float_("price_per_hour", None),
+        origin=source,
+    )
+    f.reject_unknown(allowed_extra=("notes", "aliases", "confidence"))
+    return dev
+
+
+def load_device_file(path: str | Path) -> DeviceSpec:
+    doc = load_document(path)
+    return device_from_dict(doc, str(path))
+
+
+def check_device_id(did: str, source: str, fld: str) -> None:
+    if not did or any(c.isspace() for c in did):
+        raise SpecError(f"invalid device id {did!r}", source=source, field=fld)

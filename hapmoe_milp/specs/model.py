@@ -1,0 +1,519 @@
+"""The model spec: Megatron-named architecture fields, layer kinds, parameter and FLOP counts.
+
+Parameter counts follow the weight-by-weight formula in reference/moe-models.yaml (it reproduces every
+lab's published total); FLOPs per token follow Megatron-LM's ``num_floating_point_operations`` so our
+MFU/TFLOP/s numbers are directly comparable with Megatron's own logs and NVIDIA's tables.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from hapmoe_milp.errors import SpecError
+from hapmoe_milp.specs._fields import Fields
+
+LayerKind = Literal["dense", "moe", "mtp"]
+ActiveConvention = Literal["all_embeddings", "excl_input_embedding"]
+
+DISPATCHERS = ("allgather", "alltoall", "flex")
+
+
+@dataclass(frozen=True)
+class OfficialCounts:
+    """Parameter counts as the model's authors report them (units of 1e9), with the lab's convention."""
+
+    total_b: float
+    active_b: float
+    active_convention: ActiveConvention = "all_embeddings"
+    includes_mtp: bool = False
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class TrainingDefaults:
+    """Defaults for `solve`/`estimate` when the user gives none (HAPMoE's settings for its two models)."""
+
+    seq_length: int = 4096
+    global_batch_size: int = 256
+    micro_batch_size: int = 1
+    moe_token_dispatcher_type: str = "alltoall"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only (MoE) transformer in Megatron-LM's vocabulary.
+
+    ``moe_layer_freq`` is either an int N (layer i is MoE iff i % N == 0, Megatron's rule) or an explicit
+    0/1 tuple of length ``num_layers``. MTP layers are extra trailing layers of the last layer's kind.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    vocab_size: int
+    num_query_groups: int | None = None
+    kv_channels: int | None = None
+    ffn_hidden_size: int | None = None
+    num_experts: int | None = None
+    moe_router_topk: int = 2
+    moe_ffn_hidden_size: int | None = None
+    moe_shared_expert_intermediate_size: int = 0
+    moe_shared_expert_gate: bool = False
+    moe_layer_freq: int | tuple[int, ...] = 1
+    moe_router_bias: bool = False
+    multi_latent_attention: bool = False
+    q_lora_rank: int | None = None
+    kv_lora_rank: int = 512
+    qk_head_dim: int = 128
+    qk_pos_emb_head_dim: int = 64
+    v_head_dim: int = 128
+    mtp_num_layers: int = 0
+    untie_embeddings_and_output_weights: bool = True
+    swiglu: bool = True
+    normalization: str = "RMSNorm"
+    add_qkv_bias: bool = False
+    add_bias_linear: bool = False
+    qk_layernorm: bool = False
+    attention_sinks: bool = False
+    make_vocab_size_divisible_by: int = 128
+    description: str = ""
+    sources: tuple[str, ...] = ()
+    official: OfficialCounts | None = None
+    defaults: TrainingDefaults = field(default_factory=TrainingDefaults)
+    origin: str = ""
+
+    # ------------------------------------------------------------------ derived shape
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.num_experts)
+
+    @property
+    def groups(self) -> int:
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def ffn(self) -> int:
+        """Dense-layer FFN width (Megatron default 4h when unset)."""
+        return self.ffn_hidden_size or 4 * self.hidden_size
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn
+
+    @property
+    def glu(self) -> int:
+        """Number of h x F matrices in one MLP (3 for gated SwiGLU, 2 otherwise)."""
+        return 3 if self.swiglu else 2
+
+    @property
+    def norm_params(self) -> int:
+        return 2 if self.normalization == "LayerNorm" else 1
+
+    @cached_property
+    def moe_pattern(self) -> tuple[int, ...]:
+        if not self.is_moe:
+            return (0,) * self.num_layers
+        if isinstance(self.moe_layer_freq, int):
+            return tuple(1 if i % self.moe_layer_freq == 0 else 0 for i in range(self.num_layers))
+        return tuple(self.moe_layer_freq)
+
+    @cached_property
+    def layer_kinds(self) -> tuple[LayerKind, ...]:
+        """Kind of every pipeline-placeable layer, decoder layers first, then MTP layers."""
+        kinds: list[LayerKind] = ["moe" if m else "dense" for m in self.moe_pattern]
+        kinds += ["mtp"] * self.mtp_num_layers
+        return tuple(kinds)
+
+    @property
+    def mtp_is_moe(self) -> bool:
+        return bool(self.moe_pattern and self.moe_pattern[-1])
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.moe_pattern)
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    def padded_vocab(self, tp: int = 1) -> int:
+        m = self.make_vocab_size_divisible_by * tp
+        return int(math.ceil(self.vocab_size / m) * m)
+
+    # ------------------------------------------------------------------ attention dims
+    @property
+    def q_dim(self) -> int:
+        """Width of Q (= attention output before the projection) for GQA/MHA."""
+        if self.multi_latent_attention:
+            return self.num_attention_heads * (self.qk_head_dim + self.qk_pos_emb_head_dim)
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of K (and of V) per token as stored for attention."""
+        if self.multi_latent_attention:
+            return self.num_attention_heads * (self.qk_head_dim + self.qk_pos_emb_head_dim)
+        return self.groups * self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        if self.multi_latent_attention:
+            return self.num_attention_heads * self.v_head_dim
+        return self.groups * self.head_dim
+
+    @property
+    def attn_out_dim(self) -> int:
+        if self.multi_latent_attention:
+            return self.num_attention_heads * self.v_head_dim
+        return self.q_dim
+
+    # ------------------------------------------------------------------ parameters per block
+    @cached_property
+    def attention_params(self) -> int:
+        """Attention weights of one layer (TP-sharded), without its norms."""
+        h, n = self.hidden_size, self.num_attention_heads
+        if self.multi_latent_attention:
+            d_qk, d_rope, d_v = self.qk_head_dim, self.qk_pos_emb_head_dim, self.v_head_dim
+            if self.q_lora_rank:
+                q = h * self.q_lora_rank + self.q_lora_rank * self.norm_params + self.q_lora_rank * n * (d_qk + d_rope)
+            else:
+                q = h * n * (d_qk + d_rope)
+            kv = h * (self.kv_lora_rank + d_rope) + self.kv_lora_rank * self.norm_params
+            kv += self.kv_lora_rank * n * (d_qk + d_v)
+            return q + kv + n * d_v * h
+        q, kv = self.q_dim, self.groups * self.head_dim
+        p = h * (q + 2 * kv) + q * h
+        if self.add_qkv_bias or self.add_bias_linear:
+            p += q + 2 * kv
+        if self.add_bias_linear:
+            p += h
+        if self.qk_layernorm:
+            p += 2 * self.head_dim * self.norm_params
+        if self.attention_sinks:
+            p += n
+        return p
+
+    def _mlp_params(self, width: int) -> int:
+        p = self.glu * self.hidden_size * width
+        if self.add_bias_linear:
+            p += (self.glu - 1) * width + self.hidden_size
+        return p
+
+    @cached_property
+    def dense_mlp_params(self) -> int:
+        return self._mlp_params(self.ffn)
+
+    @cached_property
+    def expert_params(self) -> int:
+        """One routed expert."""
+        return self._mlp_params(self.expert_ffn) if self.is_moe else 0
+
+    @cached_property
+    def shared_expert_params(self) -> int:
+        if not self.moe_shared_expert_intermediate_size:
+            return 0
+        p = self._mlp_params(self.moe_shared_expert_intermediate_size)
+        if self.moe_shared_expert_gate:
+            p += self.hidden_size
+        return p
+
+    @cached_property
+    def router_params(self) -> int:
+        if not self.is_moe:
+            return 0
+        e = self.num_experts or 0
+        return self.hidden_size * e + (e if self.moe_router_bias else 0)
+
+    @property
+    def layer_norm_params(self) -> int:
+        return 2 * self.hidden_size * self.norm_params
+
+    @property
+    def mtp_extra_params(self) -> int:
+        """Per MTP layer: the 2h->h projection and its two input norms (embedding and head are shared)."""
+        h = self.hidden_size
+        return 2 * h * h + 2 * h * self.norm_params
+
+    def layer_params(self, kind: LayerKind, *, active: bool = False) -> dict[str, int]:
+        """Parameters of one placeable layer split by how they are sharded.
+
+        Keys: ``tp`` (sharded by TP: attention, dense MLP, shared experts), ``replicated`` (norms, router),
+        ``expert`` (routed experts, sharded by EP*ETP). ``active`` counts only top-k experts.
+        """
+        is_moe = kind == "moe" or (kind == "mtp" and self.mtp_is_moe)
+        tp = self.attention_params
+        rep = self.layer_norm_params
+        exp = 0
+        if is_moe:
+            tp += self.shared_expert_params
+            rep += self.router_params
+            n_exp = self.moe_router_topk if active else (self.num_experts or 0)
+            exp = n_exp * self.expert_params
+        else:
+            tp += self.dense_mlp_params
+        if kind == "mtp":
+            tp += 2 * self.hidden_size * self.hidden_size
+            rep += 2 * self.hidden_size * self.norm_params
+        return {"tp": tp, "replicated": rep, "expert": exp}
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def output_params(self) -> int:
+        return self.vocab_size * self.hidden_size if self.untie_embeddings_and_output_weights else 0
+
+    # ------------------------------------------------------------------ totals
+    def _count(self, *, active: bool, include_mtp: bool, input_embedding: bool) -> int:
+        total = sum(sum(self.layer_params(k, active=active).values()) for k in self.layer_kinds if k != "mtp")
+        if include_mtp:
+            total += sum(sum(self.layer_params("mtp", active=active).values()) for _ in range(self.mtp_num_layers))
+        total += self.hidden_size * self.norm_params  # final norm
+        total += self.output_params
+        if input_embedding or not self.untie_embeddings_and_output_weights:
+            # with tied embeddings the one matrix is also the LM head, which every token touches
+            total += self.embedding_params
+        return total
+
+    @cached_property
+    def total_params(self) -> int:
+        """All weights, MTP included."""
+        return self._count(active=False, include_mtp=True, input_embedding=True)
+
+    @cached_property
+    def total_params_main(self) -> int:
+        """All weights except MTP layers (how DeepSeek reports "671B")."""
+        return self._count(active=False, include_mtp=False, input_embedding=True)
+
+    @cached_property
+    def active_params(self) -> int:
+        """Weights a token touches, both embedding matrices included (Mistral/Qwen/AllenAI convention)."""
+        return self._count(active=True, include_mtp=False, input_embedding=True)
+
+    @cached_property
+    def active_params_no_input_embedding(self) -> int:
+        """Active weights without the input-embedding lookup table (DeepSeek/OpenAI convention)."""
+        return self._count(active=True, include_mtp=False, input_embedding=False)
+
+    # ------------------------------------------------------------------ FLOPs (Megatron accounting)
+    def flops_per_token(self, seq_length: int | None = None, tp: int = 1) -> float:
+        """Training FLOPs per token, exactly Megatron-LM's ``num_floating_point_operations`` / tokens.
+
+        Forward + backward (3 x 2 FLOPs per MAC), causal attention, logits for the main and MTP heads;
+        router, norms and the dispatcher are not counted (as in Megatron).
+        """
+        s = seq_length or self.defaults.seq_length
+        h = self.hidden_size
+        f = 3 if self.swiglu else 2
+        k = self.moe_router_topk if self.is_moe else 0
+        d = self.mtp_num_layers
+        n_moe = self.num_moe_layers + (d if self.mtp_is_moe else 0)
+        n_dense = self.num_dense_layers + (0 if self.mtp_is_moe else d)
+        n_attn = self.num_layers + d
+        v = self.padded_vocab(tp)
+        mlp = 6 * h * (self.ffn * f * n_dense + self.expert_ffn * k * f * n_moe)
+        mlp += 6 * h * (self.moe_shared_expert_intermediate_size * f * n_moe)
+        n = self.num_attention_heads
+        if self.multi_latent_attention:
+            d_qk, d_rope, d_v = self.qk_head_dim, self.qk_pos_emb_head_dim, self.v_head_dim
+            q_term = (
+                self.q_lora_rank * (h + n * (d_qk + d_rope) + 1) if self.q_lora_rank else h * n * (d_qk + d_rope)
+            )
+            a_lin = 6 * (q_term + self.kv_lora_rank * (h + n * (d_qk + d_v) + 1) + h * d_rope + n * d_v * h)
+            a_core = 6 * (n * (d_qk + d_rope) / 2 + n * d_v / 2)
+        else:
+            q = self.head_dim * n
+            kv = self.head_dim * self.groups
+            a_lin = 6 * (h * (q + 2 * kv) + q * h)
+            a_core = 6 * q
+        per_token = mlp + a_lin * n_attn + 6 * d * (3 * h + 2 * h * h) + 6 * h * v * (d + 1)
+        per_token += s * a_core * n_attn
+        return float(per_token)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "layers": self.num_layers,
+            "mtp_layers": self.mtp_num_layers,
+            "hidden_size": self.hidden_size,
+            "experts": self.num_experts or 0,
+            "topk": self.moe_router_topk if self.is_moe else 0,
+            "attention": "MLA" if self.multi_latent_attention else ("GQA" if self.groups < self.num_attention_heads else "MHA"),
+            "total_params": self.total_params,
+            "total_params_main": self.total_params_main,
+            "active_params": self.active_params,
+            "active_params_no_input_embedding": self.active_params_no_input_embedding,
+            "flops_per_token": self.flops_per_token(),
+            "seq_length": self.defaults.seq_length,
+            "global_batch_size": self.defaults.global_batch_size,
+        }
+
+
+# ---------------------------------------------------------------------- validation + YAML loading
+_ARCH_INT = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "vocab_size",
+)
+_ARCH_OPT_INT = (
+    "num_query_groups",
+    "kv_channels",
+    "ffn_hidden_size",
+    "num_experts",
+    "moe_ffn_hidden_size",
+    "q_lora_rank",
+)
+
+
+def validate_model(m: ModelSpec, source: str) -> None:
+    """Cross-field rules; raise SpecError naming the field."""
+
+    def bad(fld: str, msg: str) -> SpecError:
+        return SpecError(msg, source=source, field=fld)
+
+    if m.num_attention_heads and m.groups > m.num_attention_heads:
+        raise bad("num_query_groups", f"{m.groups} exceeds num_attention_heads {m.num_attention_heads}")
+    if m.num_attention_heads % m.groups:
+        raise bad("num_query_groups", f"num_attention_heads {m.num_attention_heads} is not a multiple of {m.groups}")
+    if m.is_moe:
+        e = m.num_experts or 0
+        if not 1 <= m.moe_router_topk <= e:
+            raise bad("moe_router_topk", f"must be between 1 and num_experts ({e}), got {m.moe_router_topk}")
+        if isinstance(m.moe_layer_freq, tuple):
+            if len(m.moe_layer_freq) != m.num_layers:
+                raise bad("moe_layer_freq", f"list has {len(m.moe_layer_freq)} entries, num_layers is {m.num_layers}")
+            if any(v not in (0, 1) for v in m.moe_layer_freq):
+                raise bad("moe_layer_freq", "list entries must be 0 or 1")
+        elif m.moe_layer_freq < 1:
+            raise bad("moe_layer_freq", f"must be a positive integer, got {m.moe_layer_freq}")
+        if m.num_moe_layers == 0:
+            raise bad("moe_layer_freq", "num_experts is set but no layer is MoE")
+    if m.defaults.moe_token_dispatcher_type not in DISPATCHERS:
+        raise bad("defaults.moe_token_dispatcher_type", f"must be one of {', '.join(DISPATCHERS)}")
+    if m.normalization not in ("RMSNorm", "LayerNorm"):
+        raise bad("normalization", f"must be RMSNorm or LayerNorm, got {m.normalization!r}")
+
+
+def _parse_layer_freq(f: Fields) -> int | tuple[int, ...]:
+    v = f.raw("moe_layer_freq", 1)
+    if isinstance(v, bool):
+        raise f.err("moe_layer_freq", f"must be an integer or a 0/1 list, got {v!r}")
+    if isinstance(v, int):
+        if v < 1:
+            raise f.err("moe_layer_freq", f"must be a positive integer, got {v}")
+        return v
+    if isinstance(v, str):
+        return _parse_freq_expr(v, f)
+    if isinstance(v, list):
+        out = []
+        for i, x in enumerate(v):
+            if isinstance(x, bool) or x not in (0, 1):
+                raise f.err(f"moe_layer_freq[{i}]", f"must be 0 or 1, got {x!r}")
+            out.append(int(x))
+        return tuple(out)
+    raise f.err("moe_layer_freq", f"must be an integer or a 0/1 list, got {type(v).__name__}")
+
+
+def _parse_freq_expr(expr: str, f: Fields) -> tuple[int, ...]:
+    """Megatron's list-expression form, e.g. ``([0]*3+[1]*58)``, without eval."""
+    import re
+
+    text = expr.replace(" ", "")
+    if text.startswith("(") and text.endswith(")"):
+        text = text[1:-1]
+    out: list[int] = []
+    for term in text.split("+"):
+        m = re.fullmatch(r"\[([01](?:,[01])*)\](?:\*(\d+))?", term)
+        if not m:
+            raise f.err("moe_layer_freq", f"cannot parse list expression {expr!r}")
+        vals = [int(x) for x in m.group(1).split(",")]
+        out += vals * int(m.group(2) or 1)
+    return tuple(out)
+
+
+def model_from_dict(doc: dict[str, Any], source: str) -> ModelSpec:
+    f = Fields(doc, source)
+    kw: dict[str, Any] = {"name": f.str_("name")}
+    for k in _ARCH_INT:
+        kw[k] = f.int_(k)
+    for k in _ARCH_OPT_INT:
+        v = f.int_(k, None)
+        if v is not None:
+            kw[k] = v
+    if kw.get("num_experts") == 0:
+        kw["num_experts"] = None
+    kw["moe_router_topk"] = f.int_("moe_router_topk", 2)
+    kw["moe_shared_expert_intermediate_size"] = f.int_("moe_shared_expert_intermediate_size", 0, minimum=0)
+    kw["moe_layer_freq"] = _parse_layer_freq(f)
+    kw["mtp_num_layers"] = f.int_("mtp_num_layers", 0, minimum=0)
+    kw["kv_lora_rank"] = f.int_("kv_lora_rank", 512)
+    kw["qk_head_dim"] = f.int_("qk_head_dim", 128)
+    kw["qk_pos_emb_head_dim"] = f.int_("qk_pos_emb_head_dim", 64)
+    kw["v_head_dim"] = f.int_("v_head_dim", 128)
+    kw["make_vocab_size_divisible_by"] = f.int_("make_vocab_size_divisible_by", 128)
+    for b, d in (
+        ("moe_shared_expert_gate", False),
+        ("moe_router_bias", False),
+        ("multi_latent_attention", False),
+        ("untie_embeddings_and_output_weights", True),
+        ("swiglu", True),
+        ("add_qkv_bias", False),
+        ("add_bias_linear", False),
+        ("qk_layernorm", False),
+        ("attention_sinks", False),
+    ):
+        kw[b] = f.bool_(b, d)
+    kw["normalization"] = f.choice("normalization", ("RMSNorm", "LayerNorm"), "RMSNorm")
+    kw["description"] = f.str_("description", "")
+    src = f.raw("source", [])
+    if isinstance(src, str):
+        src = [src]
+    if not isinstance(src, list) or not all(isinstance(s, str) for s in src):
+        raise f.err("source", "must be a URL or a list of URLs")
+    kw["sources"] = tuple(src)
+    off = f.sub("official", None)
+    if off is not None:
+        kw["official"] = OfficialCounts(
+            total_b=off.float_("total_b"),
+            active_b=off.float_("active_b"),
+            active_convention=off.choice("active_convention", ("all_embeddings", "excl_input_embedding"), "all_embeddings"),
+            includes_mtp=off.bool_("includes_mtp", False),
+            source=off.str_("source", ""),
+        )
+        off.reject_unknown()
+    dfl = f.sub("defaults", None)
+    if dfl is not None:
+        kw["defaults"] = TrainingDefaults(
+            seq_length=dfl.int_("seq_length", 4096),
+            global_batch_size=dfl.int_("global_batch_size", 256),
+            micro_batch_size=dfl.int_("micro_batch_size", 1),
+            moe_token_dispatcher_type=dfl.choice("moe_token_dispatcher_type", DISPATCHERS, "alltoall"),
+        )
+        dfl.reject_unknown()
+    f.reject_unknown(allowed_extra=("notes",))
+    kw["origin"] = source
+    m = ModelSpec(**kw)
+    validate_model(m, source)
+    return m
+
+
+def load_model_file(path: str | Path) -> ModelSpec:
+    from hapmoe_milp.specs._fields import load_document
+
+    doc = load_document(path)
+    if "architectures" in doc or "model_type" in doc:
+        from hapmoe_milp.specs.hf_import import model_from_hf_config
+
+        return model_from_hf_config(doc, str(path))
+    return model_from_dict(doc, str(path))
