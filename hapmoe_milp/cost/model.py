@@ -153,9 +153,13 @@ class CostModel:
         # ---- tensor-parallel collectives (sequence parallel: all-gather + reduce-scatter pairs)
         tp_f = 0.0
         if tp > 1:
-            tp_f = n_tp_coll / 2 * (
-                self._coll(dev, did, "all_gather", t * h * BF16, tp, tp)
-                + self._coll(dev, did, "reduce_scatter", t * h * BF16, tp, tp)
+            tp_f = (
+                n_tp_coll
+                / 2
+                * (
+                    self._coll(dev, did, "all_gather", t * h * BF16, tp, tp)
+                    + self._coll(dev, did, "reduce_scatter", t * h * BF16, tp, tp)
+                )
             )
         # ---- context parallel: ring exchange of K/V chunks, hidden behind the attention core when it can be
         cp_f = cp_b = 0.0
@@ -355,7 +359,9 @@ class CostModel:
             t = b * self.settings.seq_length / cfg.cp
             ts = t / cfg.tp
             lookup = memory_time(dev, 2 * ts * m.hidden_size * BF16)
-            tp_c = self._coll(dev, did, "reduce_scatter", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+            tp_c = (
+                self._coll(dev, did, "reduce_scatter", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+            )
             dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp
             weights, rs, ag, opt = self._state_and_sync(dev, did, cfg, dense_local, 0.0)
             hit = LayerCost(

@@ -28,7 +28,7 @@ def load_document(path: str | Path) -> dict[str, Any]:
         raise SpecError("file not found", source=str(p)) from None
     except IsADirectoryError:
         raise SpecError("is a directory, expected a file", source=str(p)) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise SpecError(f"cannot read: {exc}", source=str(p)) from None
     try:
         if p.suffix == ".json":
@@ -97,7 +97,7 @@ class Fields:
             else:
                 raise self.err(key, f"must be an integer, got {v!r}")
         if minimum is not None and v < minimum:
-            word = "positive" if minimum == 1 else f">= {minimum}"
+            word = "positive" if minimum == 1 else "0 or positive" if minimum == 0 else f">= {minimum}"
             raise self.err(key, f"must be {word}, got {v}")
         return v
 

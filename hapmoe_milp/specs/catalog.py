@@ -28,6 +28,13 @@ def default_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+def _is_file(p: str | Path) -> bool:
+    try:
+        return Path(p).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def _looks_like_path(s: str) -> bool:
     return "/" in s or os.sep in s or s.endswith((".yaml", ".yml", ".json"))
 
@@ -71,17 +78,19 @@ class Catalog:
         return sorted(names)
 
     @staticmethod
-    def _unknown(kind: str, name: str, known: list[str], source: str | None = None, fld: str | None = None) -> SpecError:
+    def _unknown(
+        kind: str, name: str, known: list[str], source: str | None = None, fld: str | None = None
+    ) -> SpecError:
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(known)}" if known else ""
         return SpecError(f"unknown {kind} {name!r}{hint}", source=source, field=fld)
 
     # ------------------------------------------------------------------ resolution
     def model(self, ref: str) -> ModelSpec:
-        if _looks_like_path(ref) or Path(ref).is_file():
+        if _looks_like_path(ref) or _is_file(ref):
             return load_model_file(ref)
         p = self.models_dir / f"{ref.lower()}.yaml"
-        if not p.is_file():
+        if not _is_file(p):
             raise self._unknown("model", ref, self.model_names(), fld="--model")
         return load_model_file(p)
 
@@ -90,16 +99,19 @@ class Catalog:
             return device_from_dict(load_document(ref), ref)
         for d in self.device_search_path:
             p = d / f"{ref.lower()}.yaml"
-            if p.is_file():
-                return device_from_dict(load_document(p), str(p))
+            if _is_file(p):
+                dev = device_from_dict(load_document(p), str(p))
+                if dev.id != ref.lower():
+                    raise SpecError(f"file defines id {dev.id!r}, expected {ref.lower()!r}", source=str(p), field="id")
+                return dev
         raise self._unknown("device", ref, self.device_names(), source or None, fld or None)
 
     def cluster(self, ref: str) -> ClusterSpec:
-        if INLINE_RE.match(ref) and not Path(ref).is_file():
+        if INLINE_RE.match(ref) and not _is_file(ref):
             return parse_inline(ref, self.device)
-        if _looks_like_path(ref) or Path(ref).is_file():
+        if _looks_like_path(ref) or _is_file(ref):
             return cluster_from_dict(load_document(ref), ref, self.device)
         p = self.clusters_dir / f"{ref.lower()}.yaml"
-        if not p.is_file():
+        if not _is_file(p):
             raise self._unknown("cluster", ref, self.cluster_names(), fld="--cluster")
         return cluster_from_dict(load_document(p), str(p), self.device)

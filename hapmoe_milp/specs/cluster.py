@@ -16,7 +16,7 @@ from hapmoe_milp.errors import SpecError
 from hapmoe_milp.specs._fields import Fields
 from hapmoe_milp.specs.device import DeviceSpec
 
-INLINE_RE = re.compile(r"^\s*\d+\s*[x*]\s*[A-Za-z0-9_.-]+(\s*\+\s*\d+\s*[x*]\s*[A-Za-z0-9_.-]+)*\s*$")
+INLINE_RE = re.compile(r"^\s*\d+\s*[x*]\s*[A-Za-z0-9_.-]+(\s*\+\s*\d+\s*[x*]\s*[A-Za-z0-9_.-]+)*\s*$", re.ASCII)
 
 DEFAULT_CROSS_EFFICIENCY = 0.6
 DEFAULT_CROSS_LATENCY_US = 30.0
@@ -129,6 +129,8 @@ def cluster_from_dict(doc: dict[str, Any], source: str, resolve_device: DeviceRe
         gf = Fields(g, source, f"groups[{i}]")
         dev = resolve_device(gf.str_("device"), source, gf.path("device"))
         dpn = gf.int_("devices_per_node", dev.devices_per_node)
+        if dpn > dev.devices_per_node:
+            raise gf.err("devices_per_node", f"{dpn} exceeds the {dev.devices_per_node} devices per node of {dev.id}")
         groups.append(NodeGroup(dev, gf.int_("nodes"), dpn))
         gf.reject_unknown(allowed_extra=("note",))
     cross = CrossLink()
@@ -152,6 +154,8 @@ def cluster_from_dict(doc: dict[str, Any], source: str, resolve_device: DeviceRe
     src = f.raw("sources", [])
     if isinstance(src, str):
         src = [src]
+    if not isinstance(src, list):
+        raise f.err("sources", "must be a URL or a list of URLs")
     c = ClusterSpec(
         name=name,
         groups=tuple(groups),
@@ -170,9 +174,11 @@ def parse_inline(text: str, resolve_device: DeviceResolver) -> ClusterSpec:
     if not INLINE_RE.match(text):
         raise SpecError(f"not an inline cluster (expected e.g. 8xh800+16x910b): {text!r}", field="--cluster")
     groups: list[NodeGroup] = []
-    for part in text.replace(" ", "").split("+"):
+    compact = re.sub(r"\s+", "", text)
+    for part in compact.split("+"):
         m = re.match(r"^(\d+)[x*](.+)$", part)
-        assert m is not None
+        if m is None:
+            raise SpecError(f"cannot parse {part!r} (expected COUNTxDEVICE)", field="--cluster")
         count, did = int(m.group(1)), m.group(2)
         if count <= 0:
             raise SpecError(f"device count must be positive in {part!r}", field="--cluster")
@@ -188,4 +194,4 @@ def parse_inline(text: str, resolve_device: DeviceResolver) -> ClusterSpec:
                 source="--cluster",
                 field=part,
             )
-    return ClusterSpec(name=text.replace(" ", ""), groups=tuple(groups), description="inline", origin="inline")
+    return ClusterSpec(name=compact, groups=tuple(groups), description="inline", origin="inline")

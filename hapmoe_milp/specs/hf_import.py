@@ -14,7 +14,18 @@ from hapmoe_milp.errors import SpecError
 from hapmoe_milp.specs._fields import Fields, load_document
 from hapmoe_milp.specs.model import ModelSpec, TrainingDefaults, validate_model
 
-SUPPORTED = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "gpt_oss", "llama", "qwen2", "qwen3")
+SUPPORTED = (
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "olmoe",
+    "gpt_oss",
+    "llama",
+    "qwen2",
+    "qwen3",
+)
 
 
 def _pattern(n_layers: int, moe: list[bool]) -> tuple[int, ...] | int:
@@ -53,12 +64,19 @@ def model_from_hf_config(doc: dict[str, Any], source: str, name: str | None = No
         kw["qk_layernorm"] = mt == "qwen3"
     elif mt == "mixtral":
         w = f.int_("intermediate_size")
-        kw.update(num_experts=f.int_("num_local_experts"), moe_router_topk=f.int_("num_experts_per_tok"),
-                  moe_ffn_hidden_size=w, ffn_hidden_size=w)
+        kw.update(
+            num_experts=f.int_("num_local_experts"),
+            moe_router_topk=f.int_("num_experts_per_tok"),
+            moe_ffn_hidden_size=w,
+            ffn_hidden_size=w,
+        )
     elif mt in ("qwen2_moe", "qwen3_moe"):
         E = f.int_("num_experts")
         step = f.int_("decoder_sparse_step", 1)
-        mlp_only = set(f.list_("mlp_only_layers", []))
+        mlp_only_raw = f.list_("mlp_only_layers", [])
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in mlp_only_raw):
+            raise f.err("mlp_only_layers", "must be a list of layer indices")
+        mlp_only = set(mlp_only_raw)
         moe = [(i not in mlp_only) and (i + 1) % step == 0 for i in range(L)]
         kw.update(
             num_experts=E,
@@ -98,8 +116,13 @@ def model_from_hf_config(doc: dict[str, Any], source: str, name: str | None = No
         )
     elif mt == "olmoe":
         w = f.int_("intermediate_size")
-        kw.update(num_experts=f.int_("num_experts"), moe_router_topk=f.int_("num_experts_per_tok"),
-                  moe_ffn_hidden_size=w, ffn_hidden_size=w, qk_layernorm=True)
+        kw.update(
+            num_experts=f.int_("num_experts"),
+            moe_router_topk=f.int_("num_experts_per_tok"),
+            moe_ffn_hidden_size=w,
+            ffn_hidden_size=w,
+            qk_layernorm=True,
+        )
     elif mt == "gpt_oss":
         w = f.int_("intermediate_size")
         kw.update(

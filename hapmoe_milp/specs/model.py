@@ -20,6 +20,8 @@ LayerKind = Literal["dense", "moe", "mtp"]
 ActiveConvention = Literal["all_embeddings", "excl_input_embedding"]
 
 DISPATCHERS = ("allgather", "alltoall", "flex")
+MAX_LAYERS = 10_000
+MAX_FREQ_EXPR_LEN = 100_000
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,11 @@ class ModelSpec:
 
     @property
     def ffn(self) -> int:
-        """Dense-layer FFN width (Megatron default 4h when unset)."""
-        return self.ffn_hidden_size or 4 * self.hidden_size
+        """Dense-layer FFN width; Megatron's default when unset (4h, or int(4h*2/3/64)*64 with SwiGLU)."""
+        if self.ffn_hidden_size:
+            return self.ffn_hidden_size
+        h = self.hidden_size
+        return int(4 * h * 2 / 3 / 64) * 64 if self.swiglu else 4 * h
 
     @property
     def expert_ffn(self) -> int:
@@ -239,9 +244,9 @@ class ModelSpec:
 
     @property
     def mtp_extra_params(self) -> int:
-        """Per MTP layer: the 2h->h projection and its two input norms (embedding and head are shared)."""
+        """Per MTP layer: the 2h->h projection and its three norms (embedding and head are shared)."""
         h = self.hidden_size
-        return 2 * h * h + 2 * h * self.norm_params
+        return 2 * h * h + 3 * h * self.norm_params
 
     def layer_params(self, kind: LayerKind, *, active: bool = False) -> dict[str, int]:
         """Parameters of one placeable layer split by how they are sharded.
@@ -262,7 +267,7 @@ class ModelSpec:
             tp += self.dense_mlp_params
         if kind == "mtp":
             tp += 2 * self.hidden_size * self.hidden_size
-            rep += 2 * self.hidden_size * self.norm_params
+            rep += 3 * self.hidden_size * self.norm_params  # enorm, hnorm and the block's final norm
         return {"tp": tp, "replicated": rep, "expert": exp}
 
     @property
@@ -326,9 +331,7 @@ class ModelSpec:
         n = self.num_attention_heads
         if self.multi_latent_attention:
             d_qk, d_rope, d_v = self.qk_head_dim, self.qk_pos_emb_head_dim, self.v_head_dim
-            q_term = (
-                self.q_lora_rank * (h + n * (d_qk + d_rope) + 1) if self.q_lora_rank else h * n * (d_qk + d_rope)
-            )
+            q_term = self.q_lora_rank * (h + n * (d_qk + d_rope) + 1) if self.q_lora_rank else h * n * (d_qk + d_rope)
             a_lin = 6 * (q_term + self.kv_lora_rank * (h + n * (d_qk + d_v) + 1) + h * d_rope + n * d_v * h)
             a_core = 6 * (n * (d_qk + d_rope) / 2 + n * d_v / 2)
         else:
@@ -348,7 +351,9 @@ class ModelSpec:
             "hidden_size": self.hidden_size,
             "experts": self.num_experts or 0,
             "topk": self.moe_router_topk if self.is_moe else 0,
-            "attention": "MLA" if self.multi_latent_attention else ("GQA" if self.groups < self.num_attention_heads else "MHA"),
+            "attention": "MLA"
+            if self.multi_latent_attention
+            else ("GQA" if self.groups < self.num_attention_heads else "MHA"),
             "total_params": self.total_params,
             "total_params_main": self.total_params_main,
             "active_params": self.active_params,
@@ -425,20 +430,82 @@ def _parse_layer_freq(f: Fields) -> int | tuple[int, ...]:
     raise f.err("moe_layer_freq", f"must be an integer or a 0/1 list, got {type(v).__name__}")
 
 
-def _parse_freq_expr(expr: str, f: Fields) -> tuple[int, ...]:
-    """Megatron's list-expression form, e.g. ``([0]*3+[1]*58)``, without eval."""
-    import re
-
+def _parse_freq_expr(expr: str, f: Fields) -> int | tuple[int, ...]:
+    """Megatron's ``--moe-layer-freq`` string forms without eval: ``"3"``, ``"([0]*3+[1]*58)"``,
+    ``"([1]*3+[0]*1)*3"``. Grammar: expr = term ('+' term)*; term = atom ('*' int)?;
+    atom = '[' 0/1 (',' 0/1)* ']' | '(' expr ')'."""
     text = expr.replace(" ", "")
-    if text.startswith("(") and text.endswith(")"):
-        text = text[1:-1]
-    out: list[int] = []
-    for term in text.split("+"):
-        m = re.fullmatch(r"\[([01](?:,[01])*)\](?:\*(\d+))?", term)
-        if not m:
-            raise f.err("moe_layer_freq", f"cannot parse list expression {expr!r}")
-        vals = [int(x) for x in m.group(1).split(",")]
-        out += vals * int(m.group(2) or 1)
+    if text.isdigit():
+        v = int(text[:7]) if len(text) <= 7 else 0
+        if v < 1:
+            raise f.err("moe_layer_freq", f"must be a positive integer, got {expr!r}")
+        return v
+    pos = 0
+
+    def fail(msg: str) -> SpecError:
+        return f.err("moe_layer_freq", f"cannot parse list expression {expr!r}: {msg}")
+
+    def parse_int() -> int:
+        nonlocal pos
+        start = pos
+        while pos < len(text) and text[pos].isdigit():
+            pos += 1
+        digits = text[start:pos]
+        if not digits or len(digits) > 6:
+            raise fail("expected a repeat count of at most 6 digits")
+        return int(digits)
+
+    def atom() -> list[int]:
+        nonlocal pos
+        if pos < len(text) and text[pos] == "[":
+            pos += 1
+            vals: list[int] = []
+            while True:
+                if pos < len(text) and text[pos] in "01":
+                    vals.append(int(text[pos]))
+                    pos += 1
+                else:
+                    raise fail("list entries must be 0 or 1")
+                if pos < len(text) and text[pos] == ",":
+                    pos += 1
+                    continue
+                if pos < len(text) and text[pos] == "]":
+                    pos += 1
+                    return vals
+                raise fail("expected ',' or ']'")
+        if pos < len(text) and text[pos] == "(":
+            pos += 1
+            vals = expression()
+            if pos >= len(text) or text[pos] != ")":
+                raise fail("missing ')'")
+            pos += 1
+            return vals
+        raise fail("expected '[' or '('")
+
+    def term() -> list[int]:
+        nonlocal pos
+        vals = atom()
+        if pos < len(text) and text[pos] == "*":
+            pos += 1
+            n = parse_int()
+            if len(vals) * n > MAX_FREQ_EXPR_LEN:
+                raise fail("expands to too many layers")
+            vals = vals * n
+        return vals
+
+    def expression() -> list[int]:
+        nonlocal pos
+        vals = term()
+        while pos < len(text) and text[pos] == "+":
+            pos += 1
+            vals = vals + term()
+            if len(vals) > MAX_FREQ_EXPR_LEN:
+                raise fail("expands to too many layers")
+        return vals
+
+    out = expression()
+    if pos != len(text):
+        raise fail(f"unexpected {text[pos]!r}")
     return tuple(out)
 
 
@@ -447,8 +514,10 @@ def model_from_dict(doc: dict[str, Any], source: str) -> ModelSpec:
     kw: dict[str, Any] = {"name": f.str_("name")}
     for k in _ARCH_INT:
         kw[k] = f.int_(k)
+    if kw["num_layers"] > MAX_LAYERS:
+        raise f.err("num_layers", f"{kw['num_layers']} exceeds the supported maximum of {MAX_LAYERS}")
     for k in _ARCH_OPT_INT:
-        v = f.int_(k, None)
+        v = f.int_(k, None, minimum=0 if k == "num_experts" else 1)
         if v is not None:
             kw[k] = v
     if kw.get("num_experts") == 0:
@@ -487,7 +556,9 @@ def model_from_dict(doc: dict[str, Any], source: str) -> ModelSpec:
         kw["official"] = OfficialCounts(
             total_b=off.float_("total_b"),
             active_b=off.float_("active_b"),
-            active_convention=off.choice("active_convention", ("all_embeddings", "excl_input_embedding"), "all_embeddings"),
+            active_convention=off.choice(
+                "active_convention", ("all_embeddings", "excl_input_embedding"), "all_embeddings"
+            ),
             includes_mtp=off.bool_("includes_mtp", False),
             source=off.str_("source", ""),
         )

@@ -37,6 +37,8 @@ class Table:
 
     def __call__(self, x: float) -> float:
         xs, ys = self.x, self.y
+        if math.isnan(x):
+            raise TableRangeError("lookup of NaN", source=self.source or None, field=self.name or None)
         if x < xs[0] or x > xs[-1]:
             if self.extrapolate == "clamp":
                 return ys[0] if x < xs[0] else ys[-1]

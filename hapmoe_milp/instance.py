@@ -1,0 +1,300 @@
+"""The shared problem instance: every valid stage option with its cost coefficients.
+
+For one (family, micro-batch step) the instance lists each stage option ``c = (device, TP, CP, DP, EP,
+ETP, recompute)`` together with prefix sums of its per-layer coefficients over the model's layer
+sequence, so the cost of putting layers ``[s, e)`` on ``c`` is a difference of two prefix values. The
+DP, CP-SAT and MILP solvers all read these numbers; none of them prices anything itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from hapmoe_milp.config import RECOMPUTE_LEVELS, Family, ParallelConfig, Settings
+from hapmoe_milp.cost.model import CostModel, LayerCost
+from hapmoe_milp.cost.pipeline import in_flight, pipeline_coefficients
+from hapmoe_milp.space import PruneCounter, Pruning, configs, stage_sizes
+from hapmoe_milp.specs.cluster import ClusterSpec
+from hapmoe_milp.specs.model import LayerKind, ModelSpec
+
+ATTRS = ("fwd", "bwd", "weights", "act", "rs", "ag", "opt")
+
+
+@dataclass(frozen=True, eq=False)
+class Option:
+    index: int
+    device: str
+    cfg: ParallelConfig
+    recompute: str
+    b: int  # samples per replica per micro-batch on this stage
+    per_kind: dict[LayerKind, LayerCost]
+    first: LayerCost
+    last: LayerCost
+    fixed: float
+    capacity: float
+    prefix: dict[str, tuple[float, ...]]
+    band: tuple[int, int]  # allowed layer counts (inclusive) under the layer-band rule
+
+    @property
+    def devices(self) -> int:
+        return self.cfg.devices
+
+    @property
+    def shape(self) -> tuple[str, ParallelConfig]:
+        return (self.device, self.cfg)
+
+    def seg(self, attr: str, s: int, e: int) -> float:
+        p = self.prefix[attr]
+        return p[e] - p[s]
+
+
+@dataclass(frozen=True)
+class StageEval:
+    fwd: float
+    bwd: float
+    p2p: float
+    tau: float
+    memory: float
+    sync: float  # exposed DP sync + optimizer
+
+
+@dataclass
+class Instance:
+    model: ModelSpec
+    cluster: ClusterSpec
+    settings: Settings
+    family: Family
+    samples_per_mb: int
+    num_microbatches: int
+    options: list[Option]
+    cost_model: CostModel
+    pruning: Pruning
+    counter: PruneCounter = field(default_factory=PruneCounter)
+
+    @property
+    def layer_kinds(self) -> tuple[LayerKind, ...]:
+        return self.model.layer_kinds
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.model.layer_kinds)
+
+    @property
+    def first_dp(self) -> int:
+        return self.samples_per_mb // self.settings.micro_batch_size
+
+    @property
+    def coefficients(self) -> tuple[float, float]:
+        return pipeline_coefficients(self.num_microbatches, 1)
+
+    @property
+    def inventory(self) -> dict[str, int]:
+        return self.cluster.inventory
+
+    def objective(self, taus: list[float], syncs: list[float]) -> float:
+        a, b = self.coefficients
+        return a * sum(taus) + b * max(taus) + max(syncs)
+
+    def p2p(self, src: Option, dst_device: str, dst_devices: int) -> float:
+        return self.cost_model.p2p(src.device, src.cfg, src.b, dst_device, dst_devices)
+
+    def evaluate(
+        self, opt: Option, s: int, e: int, *, from_end: int, first: bool, p2p: float = 0.0
+    ) -> StageEval:
+        """Cost of layers [s, e) on option ``opt`` as the ``from_end``-th stage counted from the last (1 = last)."""
+        last = from_end == 1
+        fwd = opt.seg("fwd", s, e)
+        bwd = opt.seg("bwd", s, e)
+        w = opt.seg("weights", s, e)
+        a = opt.seg("act", s, e)
+        rs = opt.seg("rs", s, e)
+        ag = opt.seg("ag", s, e)
+        op = opt.seg("opt", s, e)
+        fixed = opt.fixed
+        for edge, on in ((opt.first, first), (opt.last, last)):
+            if on:
+                fwd += edge.fwd
+                bwd += edge.bwd
+                w += edge.weights
+                a += edge.act
+                rs += edge.rs
+                ag += edge.ag
+                op += edge.opt
+                fixed += edge.work
+        st = self.settings
+        infl = min(self.num_microbatches, from_end)
+        y = (max(0.0, rs - bwd) if st.overlap_grad_reduce else rs) + (
+            max(0.0, ag - fwd) if st.overlap_param_gather else ag
+        )
+        return StageEval(fwd, bwd, p2p, fwd + bwd + 2 * p2p, w + infl * a + fixed, y + op)
+
+
+def _layer_band(model: ModelSpec, cluster: ClusterSpec, did: str, g: int, delta: float) -> tuple[int, int]:
+    n = len(model.layer_kinds)
+    total = sum(cluster.device(t).dense_peak_tflops * m for t, m in cluster.inventory.items())
+    share = n * g * cluster.device(did).dense_peak_tflops / total
+    lo = max(1, math.floor((1 - delta) * share))
+    hi = min(n, max(lo, math.ceil((1 + delta) * share)))
+    return lo, hi
+
+
+def _dominated(a: Option, b: Option, kinds: list[LayerKind]) -> bool:
+    """True when ``a`` is no better than ``b`` in every coefficient (``b`` can replace ``a``)."""
+    for k in kinds:
+        ca, cb = a.per_kind[k], b.per_kind[k]
+        for attr in ATTRS:
+            if getattr(ca, attr) < getattr(cb, attr):
+                return False
+    for ea, eb in ((a.first, b.first), (a.last, b.last)):
+        for attr in (*ATTRS, "work"):
+            if getattr(ea, attr) < getattr(eb, attr):
+                return False
+    if a.fixed < b.fixed:
+        return False
+    # p2p bytes scale with 1/(TP*CP); memory-band and CP ring differences are inside the coefficients
+    return a.cfg.tp * a.cfg.cp <= b.cfg.tp * b.cfg.cp
+
+
+def build_options(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cm: CostModel,
+    family: Family,
+    samples_per_mb: int,
+    pruning: Pruning,
+    counter: PruneCounter,
+) -> list[Option]:
+    st = cm.settings
+    kinds_seq = model.layer_kinds
+    kinds = sorted(set(kinds_seq))
+    n = len(kinds_seq)
+    opts: list[Option] = []
+    for did in cluster.device_types:
+        node = cluster.node_size(did)
+        for g in stage_sizes(cluster, did):
+            for cfg in configs(model, g, node, st.seq_length):
+                if samples_per_mb % cfg.dp:
+                    continue
+                if family == "megatron" and cfg.dp * st.micro_batch_size != samples_per_mb:
+                    continue
+                b = samples_per_mb // cfg.dp
+                band = _layer_band(model, cluster, did, g, pruning.delta) if pruning.layer_band else (1, n)
+                first = cm.first_edge(did, cfg, b)
+                last = cm.last_edge(did, cfg, b)
+                fixed = cm.fixed_memory(did, cfg, b)
+                for r in RECOMPUTE_LEVELS:
+                    per_kind = {k: cm.layer(did, cfg, b, k, r) for k in kinds}  # type: ignore[arg-type]
+                    prefix: dict[str, tuple[float, ...]] = {}
+                    for attr in ATTRS:
+                        vals = [0.0]
+                        for k in kinds_seq:
+                            vals.append(vals[-1] + getattr(per_kind[k], attr))
+                        prefix[attr] = tuple(vals)
+                    opts.append(
+                        Option(
+                            index=-1,
+                            device=did,
+                            cfg=cfg,
+                            recompute=r,
+                            b=b,
+                            per_kind=per_kind,
+                            first=first,
+                            last=last,
+                            fixed=fixed,
+                            capacity=cm.capacity(did),
+                            prefix=prefix,
+                            band=band,
+                        )
+                    )
+    if pruning.dominance and family == "hetero":
+        keep: list[Option] = []
+        groups: dict[tuple, list[Option]] = {}
+        for o in opts:
+            groups.setdefault((o.device, o.devices, o.cfg.cp, o.cfg.ep > 1, o.cfg.dp, o.recompute), []).append(o)
+        for grp in groups.values():
+            for i, o in enumerate(grp):
+                if any(j != i and _dominated(o, p, kinds) and not (_dominated(p, o, kinds) and j > i)
+                       for j, p in enumerate(grp)):
+                    counter.add("dominance")
+                else:
+                    keep.append(o)
+        opts = keep
+    out = []
+    for i, o in enumerate(opts):
+        object.__setattr__(o, "index", i)
+        out.append(o)
+    return out
+
+
+def micro_batch_steps(model: ModelSpec, cluster: ClusterSpec, settings: Settings, family: Family) -> list[int]:
+    """Samples per pipeline micro-batch step ``mbs * dp_0`` that divide the global batch."""
+    dps: set[int] = set()
+    for did in cluster.device_types:
+        node = cluster.node_size(did)
+        for g in stage_sizes(cluster, did):
+            for cfg in configs(model, g, node, settings.seq_length):
+                dps.add(cfg.dp)
+    out = []
+    for dp in sorted(dps):
+        step = dp * settings.micro_batch_size
+        if settings.global_batch_size % step == 0:
+            out.append(step)
+    return out
+
+
+def build_instances(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    settings: Settings,
+    family: Family,
+    pruning: Pruning | None = None,
+    cost_model: CostModel | None = None,
+) -> Iterator[Instance]:
+    pr = pruning or Pruning()
+    cm = cost_model or CostModel(model, cluster, settings)
+    for step in micro_batch_steps(model, cluster, settings, family):
+        counter = PruneCounter()
+        opts = build_options(model, cluster, cm, family, step, pr, counter)
+        if not opts:
+            continue
+        yield Instance(
+            model=model,
+            cluster=cluster,
+            settings=settings,
+            family=family,
+            samples_per_mb=step,
+            num_microbatches=settings.global_batch_size // step,
+            options=opts,
+            cost_model=cm,
+            pruning=pr,
+            counter=counter,
+        )
+
+
+def group_keys(inst: Instance) -> list[tuple]:
+    """Family rules that tie stages together: one mesh for megatron; same CP and EP on/off for hetero."""
+    if inst.family == "megatron":
+        return sorted({("cfg", o.cfg) for o in inst.options})
+    return sorted({("cp-ep", o.cfg.cp, o.cfg.ep > 1) for o in inst.options})
+
+
+def in_group(o: Option, key: tuple) -> bool:
+    if key[0] == "cfg":
+        return o.cfg == key[1]
+    return o.cfg.cp == key[1] and (o.cfg.ep > 1) == key[2]
+
+
+__all__ = [
+    "ATTRS",
+    "Instance",
+    "Option",
+    "StageEval",
+    "build_instances",
+    "build_options",
+    "group_keys",
+    "in_flight",
+    "in_group",
+    "micro_batch_steps",
+]

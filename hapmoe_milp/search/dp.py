@@ -1,0 +1,272 @@
+"""The pruned dynamic program over pipeline stages (the fast search mode).
+
+Stages are placed from the last to the first. A state is (first layer of the placed suffix, devices used
+per type, device type and size of the stage just placed, number of stages placed). Counting stages from
+the end makes the 1F1B in-flight count ``min(M, k)`` known when a stage is placed, so one pass covers
+every pipeline depth.
+
+The objective ``alpha*sum(tau) + beta*max(tau) + max(sync)`` has two max terms, which an additive
+recurrence cannot carry; each state keeps the Pareto front of ``(sum, max tau, max sync)`` labels. With
+every pruning switch off this is exact over the instance; a global upper bound (best plan so far)
+discards labels whose objective already exceeds it, which is safe because all three terms only grow.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from bisect import bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from hapmoe_milp.config import Family, Settings
+from hapmoe_milp.errors import InfeasibleError
+from hapmoe_milp.instance import Instance, Option, build_instances, group_keys, in_group
+from hapmoe_milp.plan import Plan, Stage
+from hapmoe_milp.search.solution import Solution
+from hapmoe_milp.space import PruneCounter, Pruning
+from hapmoe_milp.specs.cluster import ClusterSpec
+from hapmoe_milp.specs.model import ModelSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Label:
+    total: float
+    tmax: float
+    smax: float
+    option: Option | None
+    start: int
+    end: int
+    parent: Label | None
+
+
+def _pareto(labels: list[Label], eps: float = 0.0) -> list[Label]:
+    """Labels not dominated in (total, tmax, smax); with ``eps`` > 0, also drop labels within a relative
+    ``eps`` of a kept one (an approximation, used only when pruning is on)."""
+    labels.sort(key=lambda lb: (lb.total, lb.tmax, lb.smax))
+    kept: list[Label] = []
+    stair: list[tuple[float, float]] = []  # (tmax, smax) of kept labels, tmax ascending, smax descending
+    f = 1.0 - eps
+    for lb in labels:
+        t, sm = lb.tmax * f, lb.smax * f
+        i = bisect_right(stair, (t, float("inf")))
+        if i and stair[i - 1][1] <= sm:
+            continue
+        kept.append(lb)
+        j = bisect_right(stair, (lb.tmax, lb.smax))
+        stair.insert(j, (lb.tmax, lb.smax))
+        # drop stair points the new one dominates (higher tmax and higher smax)
+        k = j + 1
+        while k < len(stair) and stair[k][1] >= lb.smax:
+            del stair[k]
+    return kept
+
+
+@dataclass
+class _Best:
+    value: float = float("inf")
+    label: Label | None = None
+    inst: Instance | None = None
+    second_value: float = float("inf")
+    second_label: Label | None = None
+    second_inst: Instance | None = None
+
+    def offer(self, value: float, label: Label, inst: Instance) -> None:
+        if value < self.value:
+            if self.label is not None and not _same_plan(self.label, label):
+                self.second_value, self.second_label, self.second_inst = self.value, self.label, self.inst
+            self.value, self.label, self.inst = value, label, inst
+        elif value < self.second_value and (self.label is None or not _same_plan(self.label, label)):
+            self.second_value, self.second_label, self.second_inst = value, label, inst
+
+
+def _same_plan(a: Label, b: Label) -> bool:
+    x: Label | None = a
+    y: Label | None = b
+    while x is not None and y is not None:
+        if x.option is not y.option or x.start != y.start:
+            return False
+        x, y = x.parent, y.parent
+    return x is None and y is None
+
+
+def _solve_group(
+    inst: Instance, options: list[Option], best: _Best, counter: PruneCounter, deadline: float | None
+) -> bool:
+    """Run the backward DP over ``options``; returns False if the deadline stopped it."""
+    pr = inst.pruning
+    n_layers = inst.num_layers
+    alpha, beta = inst.coefficients
+    inv = inst.inventory
+    types = list(inv)
+    tidx = {t: i for i, t in enumerate(types)}
+    kmax = n_layers if pr.max_stages <= 0 else min(n_layers, pr.max_stages)
+    total_dev = sum(inv.values())
+    kmax = min(kmax, total_dev)
+    first_dp = inst.first_dp
+
+    # shapes with their recompute levels cheapest-first, for the min-recompute rule
+    shapes: dict[tuple, list[Option]] = {}
+    for o in options:
+        shapes.setdefault((o.device, o.cfg), []).append(o)
+    order = {"none": 0, "selective": 1, "full": 2}
+    shape_list = [sorted(v, key=lambda o: order[o.recompute]) for v in shapes.values()]
+
+    root = Label(0.0, 0.0, 0.0, None, n_layers, n_layers, None)
+    level: dict[tuple, list[Label]] = {(n_layers, (0,) * len(types), None, 0): [root]}
+    for k in range(1, kmax + 1):
+        if deadline is not None and time.perf_counter() > deadline:
+            return False
+        nxt: dict[tuple, list[Label]] = {}
+        for (e, used, nd, ng), labels in level.items():
+            labels = [lb for lb in labels if alpha * lb.total + beta * lb.tmax + lb.smax < best.value]
+            if not labels:
+                continue
+            lo_tmax = min(lb.tmax for lb in labels)
+            for group in shape_list:
+                o0 = group[0]
+                ti = tidx[o0.device]
+                g = o0.devices
+                if used[ti] + g > inv[o0.device]:
+                    continue
+                if pr.uniform_stage_size and nd == o0.device and ng != g:
+                    continue
+                n_lo, n_hi = o0.band
+                p2p = inst.p2p(o0, nd, ng) if nd is not None else 0.0
+                cross = nd is not None and nd != o0.device
+                for s in range(max(0, e - n_hi), e - n_lo + 1):
+                    first = s == 0
+                    if first and o0.cfg.dp != first_dp:
+                        continue
+                    if not first and k == kmax:
+                        continue
+                    for o in group:
+                        ev = inst.evaluate(o, s, e, from_end=k, first=first, p2p=p2p)
+                        if beta * max(ev.tau, lo_tmax) + alpha * ev.tau >= best.value:
+                            counter.add("bound")
+                            break  # costlier recompute levels are only slower
+                        if ev.memory > o.capacity:
+                            continue
+                        if pr.cross_type_comm and cross and 2 * p2p > pr.eta * (ev.fwd + ev.bwd):
+                            counter.add("cross_type_comm")
+                            break
+                        used2 = list(used)
+                        used2[ti] += g
+                        key = (s, tuple(used2), o.device, g)
+                        for lb in labels:
+                            new = Label(
+                                lb.total + ev.tau, max(lb.tmax, ev.tau), max(lb.smax, ev.sync), o, s, e, lb
+                            )
+                            if first:
+                                val = alpha * new.total + beta * new.tmax + new.smax
+                                best.offer(val, new, inst)
+                            else:
+                                nxt.setdefault(key, []).append(new)
+                        if pr.min_recompute:
+                            skipped = len(group) - group.index(o) - 1
+                            if skipped:
+                                counter.add("min_recompute", skipped)
+                            break
+        level = {}
+        for key, labels in nxt.items():
+            kept = _pareto(labels, pr.pareto_eps)
+            if len(kept) < len(labels):
+                counter.add("pareto", len(labels) - len(kept))
+            level[key] = kept
+        if not level:
+            break
+    return True
+
+
+def plan_from_label(label: Label, inst: Instance) -> Plan:
+    stages: list[Stage] = []
+    lb: Label | None = label
+    while lb is not None and lb.option is not None:
+        o = lb.option
+        stages.append(Stage(o.device, o.cfg, lb.start, lb.end, o.recompute))  # type: ignore[arg-type]
+        lb = lb.parent
+    st = inst.settings
+    return Plan(
+        model=inst.model.name,
+        cluster=inst.cluster.name,
+        family=inst.family,
+        stages=tuple(stages),
+        global_batch_size=st.global_batch_size,
+        seq_length=st.seq_length,
+        micro_batch_size=st.micro_batch_size,
+        precision=st.precision,
+        imbalance=st.imbalance,
+        dispatcher=st.dispatcher,
+    )
+
+
+def families(family: str) -> list[Family]:
+    if family == "both":
+        return ["megatron", "hetero"]
+    if family not in ("megatron", "hetero"):
+        raise InfeasibleError(f"unknown family {family!r}; use megatron, hetero or both")
+    return [family]  # type: ignore[list-item]
+
+
+def solve_dp(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    settings: Settings,
+    *,
+    family: str = "both",
+    pruning: Pruning | None = None,
+    time_limit: float | None = None,
+    instances: Iterable[Instance] | None = None,
+    name: str = "dp",
+) -> Solution:
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit if time_limit else None
+    pr = pruning or Pruning()
+    best = _Best()
+    counter = PruneCounter()
+    complete = True
+    n_inst = 0
+    insts = instances
+    if insts is None:
+        insts = [i for fam in families(family) for i in build_instances(model, cluster, settings, fam, pr)]
+    for inst in insts:
+        n_inst += 1
+        for rule, n in inst.counter.counts.items():
+            counter.add(rule, n)
+        for key in group_keys(inst):
+            opts = [o for o in inst.options if in_group(o, key)]
+            if not _solve_group(inst, opts, best, counter, deadline):
+                complete = False
+                break
+        if not complete:
+            break
+    wall = time.perf_counter() - t0
+    exact = pr == Pruning.off() or (
+        not pr.layer_band and not pr.min_recompute and not pr.cross_type_comm and not pr.dominance
+        and pr.max_stages <= 0 and not pr.uniform_stage_size and pr.pareto_eps == 0
+    )
+    if best.label is None or best.inst is None:
+        status = "timeout" if not complete else "infeasible"
+        return Solution(name, status, None, float("inf"), float("nan"), wall, counter.counts,
+                        message="" if not complete else "no plan satisfies memory and inventory")
+    plan = plan_from_label(best.label, best.inst)
+    runner = plan_from_label(best.second_label, best.second_inst) if best.second_label and best.second_inst else None
+    if complete:
+        status = "optimal" if exact else "feasible"
+    else:
+        status = "timeout"
+    bound = best.value if (complete and exact) else float("nan")
+    return Solution(
+        name,
+        status,  # type: ignore[arg-type]
+        plan,
+        best.value,
+        bound,
+        wall,
+        counter.counts,
+        runner_up=runner,
+        runner_up_s=best.second_value if runner else None,
+        stats={"instances": n_inst, "exact_space": exact},
+    )

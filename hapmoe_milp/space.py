@@ -1,0 +1,128 @@
+"""The plan space: which stage shapes and parallel configs are valid, and the pruning rules.
+
+Validity (always on) mirrors Megatron-Core's checks (reference/megatron.md §2.7) plus two of ours: TP
+and ETP stay inside a node, and every stage is one device type (so EP groups never span device types
+by construction). Pruning rules are switches; with all of them off the search is exact over this space.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from hapmoe_milp.config import ParallelConfig
+from hapmoe_milp.errors import PlanError
+from hapmoe_milp.plan import check_config
+from hapmoe_milp.specs.cluster import ClusterSpec
+from hapmoe_milp.specs.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """Pruning switches. Each one trades exactness for speed and is counted when it cuts something.
+
+    - ``layer_band``: HAPMoE's load-balance rule, layers of a stage within (1 +/- delta) of its share of
+      the cluster's compute, ``n_hat = N * g * P_h / sum_t(m_t * P_t)`` (generalised to several stages
+      per type, reference/papers.md §13.3).
+    - ``min_recompute``: take the cheapest recompute level that fits memory; never a costlier one.
+    - ``cross_type_comm``: drop a cross-type boundary whose p2p exceeds ``eta`` x the stage's compute.
+    - ``ep_within_type``: EP groups never span device types. Structural in this space (a stage is one
+      device type), so it never has anything left to cut; kept as a named rule for reporting.
+    - ``dominance``: drop an option no better in any coefficient than another of the same shape.
+    - ``max_stages``: cap on the number of pipeline stages (0 = no cap).
+    - ``uniform_stage_size``: hetero family only, one stage size per device type (large clusters).
+    - ``pareto_eps``: DP labels within this relative distance of a kept label are merged.
+    """
+
+    layer_band: bool = True
+    delta: float = 0.2
+    min_recompute: bool = True
+    cross_type_comm: bool = True
+    eta: float = 2.0
+    ep_within_type: bool = True
+    dominance: bool = True
+    max_stages: int = 16
+    uniform_stage_size: bool = False
+    pareto_eps: float = 0.002
+
+    @classmethod
+    def off(cls) -> Pruning:
+        return cls(
+            layer_band=False,
+            min_recompute=False,
+            cross_type_comm=False,
+            ep_within_type=False,
+            dominance=False,
+            max_stages=0,
+            pareto_eps=0.0,
+        )
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Pruning:
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise PlanError(f"unknown pruning switch {sorted(unknown)[0]!r}; known: {', '.join(sorted(names))}")
+        return replace(cls(), **d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass
+class PruneCounter:
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, rule: str, n: int = 1) -> None:
+        self.counts[rule] = self.counts.get(rule, 0) + n
+
+
+def _pow2_upto(n: int) -> list[int]:
+    out, v = [], 1
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def stage_sizes(cluster: ClusterSpec, did: str) -> list[int]:
+    """Device counts a stage of type ``did`` may have: powers of two up to a node, then whole nodes
+    (every count up to 8 nodes, powers of two beyond)."""
+    node = cluster.node_size(did)
+    inv = cluster.inventory[did]
+    sizes = [g for g in _pow2_upto(node) if g <= inv]
+    nodes = inv // node
+    for k in range(2, nodes + 1):
+        if k <= 8 or (k & (k - 1)) == 0:
+            sizes.append(k * node)
+    if node not in sizes and node <= inv:
+        sizes.append(node)
+    return sorted(set(sizes))
+
+
+def configs(model: ModelSpec, g: int, node_size: int, seq_length: int) -> list[ParallelConfig]:
+    """All Megatron-valid (TP, CP, DP, EP, ETP) for a stage of ``g`` devices."""
+    out: list[ParallelConfig] = []
+    for tp in _pow2_upto(min(g, node_size)):
+        if g % tp:
+            continue
+        for cp in _pow2_upto(g // tp):
+            if (g // tp) % cp:
+                continue
+            dp = g // (tp * cp)
+            eps = [1]
+            etps = [1]
+            if model.is_moe:
+                eps = [e for e in range(1, g + 1) if g % e == 0 and (model.num_experts or 0) % e == 0]
+                etps = _pow2_upto(min(g, node_size))
+            for ep in eps:
+                for etp in etps:
+                    cfg = ParallelConfig(tp, cp, dp, ep, etp)
+                    try:
+                        check_config(cfg, model, None, node_size, "")
+                    except PlanError:
+                        continue
+                    if cp > 1 and seq_length % (2 * cp):
+                        continue
+                    out.append(cfg)
+    return out
