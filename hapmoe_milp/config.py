@@ -56,6 +56,11 @@ class Settings:
     overlap_param_gather: bool = True
     overlap_ep_comm: bool = False
     memory_headroom: float = 0.05
+    optimizer_offload: bool = False
+    # Host side of optimizer offload (HAPMoE offloads FP32 optimizer states for Mixtral-L on its smallest
+    # clusters). Assumptions, not measurements: per-device host-link share and CPU Adam rate per rank.
+    offload_host_GBps: float = 10.0
+    offload_adam_params_per_s: float = 1.0e9
 
     def with_(self, **kw: object) -> Settings:
         return replace(self, **kw)  # type: ignore[arg-type]

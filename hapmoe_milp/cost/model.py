@@ -331,7 +331,10 @@ class CostModel:
         dp_dense = cfg.dp * cfg.cp
         edp = cfg.edp or 1
         g = cfg.devices
-        if st.distributed_optimizer:
+        if st.optimizer_offload:
+            # fp32 master weights and Adam moments live in host memory; bf16 params + fp32 grads stay
+            weights = 6 * (dense_local + exp_local)
+        elif st.distributed_optimizer:
             weights = (6 + 12 / dp_dense) * dense_local + (6 + 12 / edp) * exp_local
         else:
             weights = 18 * (dense_local + exp_local)
@@ -346,7 +349,11 @@ class CostModel:
             else:
                 rs += self._coll(dev, did, "all_reduce", FP32 * params, n, g, table_size=FP32 * bucket)
         shard = (dense_local / dp_dense + exp_local / edp) if st.distributed_optimizer else dense_local + exp_local
-        opt = memory_time(dev, ADAM_BYTES_PER_PARAM * shard)
+        if st.optimizer_offload:
+            # grads out (fp32), updated params back (bf16), Adam on the host; not overlapped
+            opt = (FP32 + BF16) * shard / (st.offload_host_GBps * 1e9) + shard / st.offload_adam_params_per_s
+        else:
+            opt = memory_time(dev, ADAM_BYTES_PER_PARAM * shard)
         return weights, rs, ag, opt
 
     # ------------------------------------------------------------------ stage edges

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from hapmoe_milp.config import Family, Settings
 from hapmoe_milp.errors import InfeasibleError
-from hapmoe_milp.instance import Instance, Option, build_instances, group_keys, in_group
+from hapmoe_milp.instance import Instance, Option, StageEval, build_instances, group_keys, in_group
 from hapmoe_milp.plan import Plan, Stage
 from hapmoe_milp.search.solution import Solution
 from hapmoe_milp.space import PruneCounter, Pruning
@@ -42,22 +42,27 @@ class Label:
     parent: Label | None
 
 
-def _pareto(labels: list[Label], eps: float = 0.0) -> list[Label]:
-    """Labels not dominated in (total, tmax, smax); with ``eps`` > 0, also drop labels within a relative
-    ``eps`` of a kept one (an approximation, used only when pruning is on)."""
+def _pareto(labels: list[Label], eps: float = 0.0, floor: float = 0.0) -> list[Label]:
+    """Labels not dominated in (total, max(tmax, floor), smax).
+
+    ``floor`` is a lower bound on the largest stage time any completion of this state will add, so a
+    label's tmax below it can never show in the objective: comparing ``max(tmax, floor)`` keeps the
+    DP exact while merging labels that differ only there. With ``eps`` > 0, labels within a relative
+    ``eps`` of a kept one are dropped too (an approximation, used only when pruning is on).
+    """
     labels.sort(key=lambda lb: (lb.total, lb.tmax, lb.smax))
     kept: list[Label] = []
     stair: list[tuple[float, float]] = []  # (tmax, smax) of kept labels, tmax ascending, smax descending
-    f = 1.0 - eps
+    f = 1.0 + eps
     for lb in labels:
-        t, sm = lb.tmax * f, lb.smax * f
+        tm = lb.tmax if lb.tmax > floor else floor
+        t, sm = tm * f, lb.smax * f
         i = bisect_right(stair, (t, float("inf")))
         if i and stair[i - 1][1] <= sm:
             continue
         kept.append(lb)
-        j = bisect_right(stair, (lb.tmax, lb.smax))
-        stair.insert(j, (lb.tmax, lb.smax))
-        # drop stair points the new one dominates (higher tmax and higher smax)
+        j = bisect_right(stair, (tm, lb.smax))
+        stair.insert(j, (tm, lb.smax))
         k = j + 1
         while k < len(stair) and stair[k][1] >= lb.smax:
             del stair[k]
@@ -114,69 +119,118 @@ def _solve_group(
     order = {"none": 0, "selective": 1, "full": 2}
     shape_list = [sorted(v, key=lambda o: order[o.recompute]) for v in shapes.values()]
 
+    # Lower bound on what the layers [0, s) still cost: per layer, the fewest device-seconds any option
+    # needs (w); the remaining D devices must absorb W = sum(w), so some stage takes >= W / D and the
+    # stages together take >= W / g_max. Valid whatever the pruning, so it keeps the DP exact.
+    kinds = inst.layer_kinds
+    w_kind = {
+        k: min(((o.per_kind[k].fwd + o.per_kind[k].bwd) * o.devices for o in options), default=0.0)
+        for k in set(kinds)
+    }
+    w_pre = [0.0]
+    for k in kinds:
+        w_pre.append(w_pre[-1] + w_kind[k])
+    g_max = max((o.devices for o in options), default=1)
+    total_inv = sum(inv.values())
+
+    node_of = {t: inst.cluster.node_size(t) for t in types}
+    n_bound = 0
     root = Label(0.0, 0.0, 0.0, None, n_layers, n_layers, None)
     level: dict[tuple, list[Label]] = {(n_layers, (0,) * len(types), None, 0): [root]}
+    M = inst.num_microbatches
     for k in range(1, kmax + 1):
         if deadline is not None and time.perf_counter() > deadline:
+            counter.add("bound", n_bound)
             return False
-        nxt: dict[tuple, list[Label]] = {}
+        # group live states by the first layer of their suffix: a stage ending there is priced once
+        by_end: dict[int, list[tuple[tuple[int, ...], str | None, int, list[Label]]]] = {}
         for (e, used, nd, ng), labels in level.items():
             labels = [lb for lb in labels if alpha * lb.total + beta * lb.tmax + lb.smax < best.value]
-            if not labels:
-                continue
-            lo_tmax = min(lb.tmax for lb in labels)
+            if labels:
+                by_end.setdefault(e, []).append((used, nd, ng, labels))
+        nxt: dict[tuple, list[Label]] = {}
+        infl_key = min(M, k)
+        for e, states in by_end.items():
+            lo_tmax = min(lb.tmax for _, _, _, labels in states for lb in labels)
             for group in shape_list:
                 o0 = group[0]
                 ti = tidx[o0.device]
                 g = o0.devices
-                if used[ti] + g > inv[o0.device]:
-                    continue
-                if pr.uniform_stage_size and nd == o0.device and ng != g:
+                fits_inv = [st for st in states if st[0][ti] + g <= inv[o0.device]]
+                if not fits_inv:
                     continue
                 n_lo, n_hi = o0.band
-                p2p = inst.p2p(o0, nd, ng) if nd is not None else 0.0
-                cross = nd is not None and nd != o0.device
+                # the next stage's p2p only sees whether this stage fits inside a node (boundary link
+                # class), so states keep that, not the exact size
+                g_link = 1 if g < node_of[o0.device] else node_of[o0.device]
                 for s in range(max(0, e - n_hi), e - n_lo + 1):
                     first = s == 0
                     if first and o0.cfg.dp != first_dp:
                         continue
                     if not first and k == kmax:
                         continue
-                    for o in group:
-                        ev = inst.evaluate(o, s, e, from_end=k, first=first, p2p=p2p)
+                    cands: list[tuple[Option, StageEval]] = []
+                    for i, o in enumerate(group):
+                        ev = inst.evaluate(o, s, e, from_end=k, first=first)
                         if beta * max(ev.tau, lo_tmax) + alpha * ev.tau >= best.value:
                             counter.add("bound")
                             break  # costlier recompute levels are only slower
                         if ev.memory > o.capacity:
                             continue
-                        if pr.cross_type_comm and cross and 2 * p2p > pr.eta * (ev.fwd + ev.bwd):
-                            counter.add("cross_type_comm")
-                            break
-                        used2 = list(used)
-                        used2[ti] += g
-                        key = (s, tuple(used2), o.device, g)
-                        for lb in labels:
-                            new = Label(
-                                lb.total + ev.tau, max(lb.tmax, ev.tau), max(lb.smax, ev.sync), o, s, e, lb
-                            )
-                            if first:
-                                val = alpha * new.total + beta * new.tmax + new.smax
-                                best.offer(val, new, inst)
-                            else:
-                                nxt.setdefault(key, []).append(new)
+                        cands.append((o, ev))
                         if pr.min_recompute:
-                            skipped = len(group) - group.index(o) - 1
-                            if skipped:
-                                counter.add("min_recompute", skipped)
+                            if len(group) - i - 1:
+                                counter.add("min_recompute", len(group) - i - 1)
                             break
+                    for o, base in cands:
+                        for used, nd, ng, labels in fits_inv:
+                            p2p = inst.p2p(o, nd, ng) if nd is not None else 0.0
+                            tau = base.tau + 2 * p2p
+                            if pr.cross_type_comm and nd is not None and nd != o.device and 2 * p2p > pr.eta * (
+                                base.fwd + base.bwd
+                            ):
+                                counter.add("cross_type_comm")
+                                continue
+                            used2 = list(used)
+                            used2[ti] += g
+                            rem_dev = total_inv - sum(used2)
+                            if not first:
+                                if rem_dev <= 0:
+                                    continue
+                                rest_sum = w_pre[s] / g_max
+                                rest_max = w_pre[s] / rem_dev
+                            else:
+                                rest_sum = rest_max = 0.0
+                            key = (s, tuple(used2), o.device, g if pr.uniform_stage_size else g_link)
+                            sync = base.sync
+                            collapsed = False  # labels are sorted by total: once one with tmax <= tau and
+                            # smax <= sync is extended, later such labels only give dominated results
+                            for lb in labels:
+                                if lb.tmax <= tau and lb.smax <= sync:
+                                    if collapsed:
+                                        continue
+                                    collapsed = True
+                                tot = lb.total + tau
+                                tmx = lb.tmax if lb.tmax > tau else tau
+                                smx = lb.smax if lb.smax > sync else sync
+                                if alpha * (tot + rest_sum) + beta * max(tmx, rest_max) + smx >= best.value:
+                                    n_bound += 1
+                                    continue
+                                new = Label(tot, tmx, smx, o, s, e, lb)
+                                if first:
+                                    best.offer(alpha * tot + beta * tmx + smx, new, inst)
+                                else:
+                                    nxt.setdefault(key, []).append(new)
         level = {}
         for key, labels in nxt.items():
-            kept = _pareto(labels, pr.pareto_eps)
+            rem = total_inv - sum(key[1])
+            kept = _pareto(labels, pr.pareto_eps, w_pre[key[0]] / rem if rem > 0 else 0.0)
             if len(kept) < len(labels):
                 counter.add("pareto", len(labels) - len(kept))
             level[key] = kept
         if not level:
             break
+    counter.add("bound", n_bound)
     return True
 
 

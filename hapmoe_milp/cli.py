@@ -1,0 +1,375 @@
+"""Command-line interface: parse, call the API, render. No planning logic lives here."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from hapmoe_milp.errors import HapmoeError, PlanError
+from hapmoe_milp.specs.catalog import Catalog
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Heterogeneity-aware parallelism planner for MoE training.")
+log = logging.getLogger("hapmoe_milp")
+
+
+class _State:
+    catalog: Catalog = Catalog()
+
+
+STATE = _State()
+
+
+def _echo_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, default=_json_default))
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, float) and o != o:
+        return None
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+@app.callback()
+def _main(
+    devices_dir: Annotated[
+        list[Path] | None, typer.Option("--devices-dir", help="extra folder of device tables (e.g. profiled), searched first")
+    ] = None,
+    verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="-v info, -vv debug logging")] = 0,
+) -> None:
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    STATE.catalog = Catalog(devices_dirs=tuple(devices_dir or ()))
+
+
+# ---------------------------------------------------------------------- catalogs
+@app.command()
+def models(
+    name: Annotated[str | None, typer.Argument(help="catalog name or path (YAML or HF config.json)")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List the model catalog, or show one model (parameter counts, FLOPs per token)."""
+    from hapmoe_milp import render
+
+    cat = STATE.catalog
+    if name:
+        m = cat.model(name)
+        d = m.summary()
+        d["sources"] = list(m.sources)
+        if m.official:
+            d["official"] = {"total_b": m.official.total_b, "active_b": m.official.active_b,
+                             "active_convention": m.official.active_convention}
+        if as_json:
+            _echo_json(d)
+        else:
+            render.console().print(render.kv_table(m.name, d))
+        return
+    rows = [cat.model(n).summary() for n in cat.model_names()]
+    if as_json:
+        _echo_json(rows)
+    else:
+        render.console().print(render.models_table(rows))
+
+
+@app.command()
+def clusters(
+    name: Annotated[str | None, typer.Argument(help="catalog name, path, or inline form like 8xh800+16x910b")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List the cluster catalog, or show one cluster."""
+    from hapmoe_milp import render
+
+    cat = STATE.catalog
+    if name:
+        c = cat.cluster(name)
+        d = c.summary()
+        d["groups"] = [{"device": g.device.id, "nodes": g.nodes, "devices_per_node": g.devices_per_node} for g in c.groups]
+        d["cross_link"] = {"efficiency": c.cross.efficiency, "latency_us": c.cross.latency_us,
+                           "bandwidth_GBps": c.cross.bandwidth_GBps, "assumption": c.cross.assumption}
+        d["sources"] = list(c.sources)
+        if as_json:
+            _echo_json(d)
+        else:
+            render.console().print(render.kv_table(c.name, d))
+        return
+    rows = [cat.cluster(n).summary() for n in cat.cluster_names()]
+    if as_json:
+        _echo_json(rows)
+    else:
+        render.console().print(render.clusters_table(rows))
+
+
+@app.command()
+def devices(
+    name: Annotated[str | None, typer.Argument(help="device id or path to a device table")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List device tables, or show one (with its provenance)."""
+    from hapmoe_milp import render
+
+    cat = STATE.catalog
+    if name:
+        dv = cat.device(name)
+        d = dv.summary()
+        d["origin"] = dv.origin
+        d["sources"] = list(dv.sources)
+        d["assumptions"] = list(dv.assumptions)
+        if dv.profiled:
+            d["profiled"] = dict(dv.profiled)
+        if as_json:
+            _echo_json(d)
+        else:
+            render.console().print(render.kv_table(f"{dv.id} ({dv.provenance})", d))
+        return
+    rows = [cat.device(n).summary() for n in cat.device_names()]
+    if as_json:
+        _echo_json(rows)
+    else:
+        render.console().print(render.devices_table(rows))
+
+
+# ---------------------------------------------------------------------- estimate
+def _knob_plan(model: Any, cluster: Any, tp: int, pp: int, cp: int, ep: int, etp: int | None, vpp: int, mbs: int,
+               gbs: int, seq: int, recompute: str, layout: str | None, dispatcher: str, precision: str,
+               imbalance: float) -> Any:
+    from hapmoe_milp.config import ParallelConfig
+    from hapmoe_milp.layout import parse_layout
+    from hapmoe_milp.plan import Plan, Stage
+
+    world = cluster.world_size
+    if world % (tp * pp * cp):
+        raise PlanError(f"cluster has {world} devices, not divisible by tp*pp*cp = {tp * pp * cp}", field="--pp")
+    g = world // pp
+    cfg = ParallelConfig(tp=tp, cp=cp, dp=world // (tp * pp * cp), ep=ep, etp=etp if etp is not None else tp)
+    # stage s takes ranks [s*g, (s+1)*g) in the cluster's group order; it must be one device type
+    kinds: list[str] = []
+    for grp in cluster.groups:
+        kinds += [grp.device.id] * grp.devices
+    n_layers = len(model.layer_kinds)
+    if layout:
+        lay = parse_layout(layout, pp, model.num_layers, model.mtp_num_layers)
+        counts = lay.decoder_layers_per_rank()
+        vpp = lay.vpp
+    else:
+        if n_layers % pp:
+            raise PlanError(f"{n_layers} layers do not split evenly over pp={pp}; give --layout", field="--pp")
+        counts = [n_layers // pp] * pp
+    stages = []
+    pos = 0
+    for s in range(pp):
+        types = set(kinds[s * g:(s + 1) * g])
+        if len(types) != 1:
+            raise PlanError(
+                f"pipeline stage {s} (ranks {s * g}-{(s + 1) * g - 1}) spans device types {sorted(types)}; "
+                "choose pp so that stages align with the cluster's groups",
+                field="--pp",
+            )
+        stages.append(Stage(types.pop(), cfg, pos, pos + counts[s], recompute))  # type: ignore[arg-type]
+        pos += counts[s]
+    return Plan(model=model.name, cluster=cluster.name, family="megatron", stages=tuple(stages),
+                global_batch_size=gbs, seq_length=seq, micro_batch_size=mbs, vpp=vpp, precision=precision,
+                imbalance=imbalance, dispatcher=dispatcher)
+
+
+@app.command()
+def estimate(
+    model: Annotated[str, typer.Option("--model", "-m", help="catalog name or path")],
+    cluster: Annotated[str, typer.Option("--cluster", "-c", help="catalog name, path, or inline 8xh800+16x910b")],
+    plan: Annotated[Path | None, typer.Option("--plan", help="plan.json to evaluate")] = None,
+    tp: Annotated[int, typer.Option("--tp")] = 1,
+    pp: Annotated[int, typer.Option("--pp")] = 1,
+    cp: Annotated[int, typer.Option("--cp")] = 1,
+    ep: Annotated[int, typer.Option("--ep")] = 1,
+    etp: Annotated[int | None, typer.Option("--etp", help="default: = tp (Megatron's default)")] = None,
+    vpp: Annotated[int, typer.Option("--vpp")] = 1,
+    mbs: Annotated[int | None, typer.Option("--mbs")] = None,
+    gbs: Annotated[int | None, typer.Option("--gbs")] = None,
+    seq: Annotated[int | None, typer.Option("--seq")] = None,
+    recompute: Annotated[str, typer.Option("--recompute", help="none|selective|full")] = "none",
+    layout: Annotated[str | None, typer.Option("--layout", help="Megatron --pipeline-model-parallel-layout")] = None,
+    imbalance: Annotated[float, typer.Option("--imbalance", help="expert load-imbalance factor (1.0 = balanced)")] = 1.0,
+    precision: Annotated[str, typer.Option("--precision", help="bf16|fp8")] = "bf16",
+    dispatcher: Annotated[str | None, typer.Option("--dispatcher", help="allgather|alltoall|flex")] = None,
+    optimizer_offload: Annotated[bool, typer.Option("--optimizer-offload/--no-optimizer-offload")] = False,
+    simulate: Annotated[bool, typer.Option("--simulate", help="event-driven 1F1B simulation instead of the closed form")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Predict iteration time, throughput, MFU and memory of one plan."""
+    from hapmoe_milp import render
+    from hapmoe_milp.api import estimate_plan, make_settings
+    from hapmoe_milp.plan import check_plan, load_plan
+
+    if recompute not in ("none", "selective", "full"):
+        raise PlanError(f"must be none, selective or full, got {recompute!r}", field="--recompute")
+    if precision not in ("bf16", "fp8"):
+        raise PlanError(f"must be bf16 or fp8, got {precision!r}", field="--precision")
+    if imbalance < 1.0:
+        raise PlanError(f"must be >= 1.0 (1.0 = balanced routing), got {imbalance}", field="--imbalance")
+    cat = STATE.catalog
+    m, c = cat.model(model), cat.cluster(cluster)
+    st = make_settings(m, None, micro_batch_size=mbs, global_batch_size=gbs, seq_length=seq,
+                       dispatcher=dispatcher, precision=precision, imbalance=imbalance,
+                       optimizer_offload=optimizer_offload)
+    if plan is not None:
+        p = load_plan(plan)
+        check_plan(p, m, c, str(plan))
+    else:
+        p = _knob_plan(m, c, tp, pp, cp, ep, etp, vpp, st.micro_batch_size, st.global_batch_size, st.seq_length,
+                       recompute, layout, st.dispatcher, precision, imbalance)
+        check_plan(p, m, c, "--tp/--pp/...")
+    est = estimate_plan(m, c, p, settings=st, simulate=simulate, catalog=cat, check=False)
+    d = est.to_dict()
+    if as_json:
+        _echo_json(d)
+    else:
+        con = render.console()
+        con.print(render.stages_table(d["stages"], title=f"{m.name} on {c.name}"))
+        con.print(render.summary_line(d))
+        con.print(render.breakdown_table(d["breakdown"]))
+    worst = est.worst_memory()
+    if worst is not None:
+        typer.echo(
+            f"does not fit: stage {worst['index']} ({worst['device']}) needs {worst['memory_gib']:.1f} GiB, "
+            f"capacity {worst['capacity_gib']:.1f} GiB (over by {worst['memory_gib'] - worst['capacity_gib']:.1f} GiB)",
+            err=True,
+        )
+
+
+# ---------------------------------------------------------------------- solve
+@app.command()
+def solve(
+    model: Annotated[str, typer.Option("--model", "-m")],
+    cluster: Annotated[str, typer.Option("--cluster", "-c")],
+    gbs: Annotated[int | None, typer.Option("--gbs")] = None,
+    seq: Annotated[int | None, typer.Option("--seq")] = None,
+    mbs: Annotated[int | None, typer.Option("--mbs")] = None,
+    family: Annotated[str, typer.Option("--family", help="megatron|hetero|both")] = "both",
+    solver: Annotated[str, typer.Option("--solver", help="dp|cpsat|milp|auto")] = "dp",
+    solver_config: Annotated[Path | None, typer.Option("--solver-config", help="preset YAML (solvers/*.yaml) or name")] = None,
+    time_limit: Annotated[float | None, typer.Option("--time-limit", help="seconds")] = None,
+    imbalance: Annotated[float, typer.Option("--imbalance")] = 1.0,
+    precision: Annotated[str, typer.Option("--precision")] = "bf16",
+    dispatcher: Annotated[str | None, typer.Option("--dispatcher")] = None,
+    optimizer_offload: Annotated[str, typer.Option("--optimizer-offload", help="auto|on|off")] = "auto",
+    out: Annotated[Path | None, typer.Option("--out", help="write plan.json (or the export folder with --export)")] = None,
+    export: Annotated[str | None, typer.Option("--export", help="megatron|flagscale: also write launch files to --out")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="PNG of the simulated 1F1B schedule")] = None,
+    explain: Annotated[bool, typer.Option("--explain")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Search for the fastest plan that fits."""
+    from hapmoe_milp import render
+    from hapmoe_milp.api import solve as api_solve
+    from hapmoe_milp.presets import load_preset
+
+    if optimizer_offload not in ("auto", "on", "off"):
+        raise PlanError(f"must be auto, on or off, got {optimizer_offload!r}", field="--optimizer-offload")
+    preset = load_preset(solver_config, STATE.catalog.root) if solver_config else None
+    cat = STATE.catalog
+    m, c = cat.model(model), cat.cluster(cluster)
+    sol = api_solve(
+        m, c, solver if not (preset and solver == "dp" and preset.solver) else preset.solver,
+        family=family,
+        pruning=preset.pruning if preset else None,
+        time_limit=time_limit if time_limit is not None else (preset.time_limit if preset else None),
+        optimizer_offload={"auto": "auto", "on": True, "off": False}[optimizer_offload],
+        catalog=cat,
+        solver_options=preset.options if preset else None,
+        global_batch_size=gbs, seq_length=seq, micro_batch_size=mbs, imbalance=imbalance, precision=precision,
+        dispatcher=dispatcher,
+    )
+    assert sol.plan is not None
+    pred = sol.plan.predicted
+    if out is not None and export is None:
+        sol.plan.write(out)
+    if export is not None:
+        from hapmoe_milp.export import export_plan
+
+        if out is None:
+            raise PlanError("--export needs --out DIR", field="--out")
+        export_plan(sol.plan, m, c, export, out)
+    if plot is not None:
+        from hapmoe_milp.plot import plot_schedule
+
+        plot_schedule(m, c, sol.plan, plot)
+    if as_json:
+        payload = {"plan": sol.plan.to_dict(), "predicted": pred, "solver": sol.certificate()}
+        if explain:
+            payload["explain"] = _explain(sol)
+        _echo_json(payload)
+        return
+    con = render.console()
+    con.print(render.stages_table(pred["stages"], title=f"{m.name} on {c.name} — {sol.plan.family} family, pp={sol.plan.pp}"))
+    con.print(render.summary_line(pred))
+    gap = sol.gap
+    con.print(
+        f"solver {sol.solver}: {sol.status}, objective {sol.objective_s:.4f} s"
+        + (f", bound {sol.bound_s:.4f} s, gap {100 * gap:.2f}%" if gap == gap else "")
+        + f", {sol.wall_s:.2f} s"
+    )
+    if explain:
+        ex = _explain(sol)
+        con.print(render.breakdown_table(pred["breakdown"]))
+        con.print(f"bottleneck: stage {ex['bottleneck_stage']} ({ex['bottleneck_device']}); {ex['why']}")
+        if ex.get("runner_up"):
+            con.print(f"runner-up: {ex['runner_up']}")
+
+
+def _explain(sol: Any) -> dict[str, Any]:
+    plan = sol.plan
+    pred = plan.predicted
+    st = max(pred["stages"], key=lambda s: s["stage_time_s"])
+    out: dict[str, Any] = {
+        "bottleneck_stage": st["index"],
+        "bottleneck_device": st["device"],
+        "family": plan.family,
+        "why": (
+            f"{pred['stages'][0]['micro_batch']}-sample micro-batches x {plan.num_microbatches} per iteration; "
+            f"the slowest stage takes {1e3 * st['stage_time_s']:.1f} ms per micro-batch and sets the 1F1B rate"
+        ),
+        "layers_per_device": {
+            s["device"]: round(s["layers"] / s["devices"], 3) for s in pred["stages"]
+        },
+    }
+    if sol.runner_up is not None and sol.runner_up_s is not None:
+        ru = sol.runner_up
+        out["runner_up"] = (
+            f"{ru.family} pp={ru.pp} "
+            + ", ".join(f"{s.device}:{s.num_layers}L {s.cfg.label()}" for s in ru.stages)
+            + f" at {sol.runner_up_s:.4f} s (+{100 * (sol.runner_up_s / sol.objective_s - 1):.2f}%)"
+        )
+    return out
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except HapmoeError as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+    except Exception as e:  # click usage errors and the like
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+

@@ -1,0 +1,114 @@
+"""Rich tables for the CLI (kept out of library code paths that return data)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _fmt_b(n: float) -> str:
+    return f"{n / 1e9:.2f}B"
+
+
+def models_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="Models")
+    for col in ("name", "layers", "hidden", "experts", "top-k", "attention", "total", "active", "GFLOP/token"):
+        t.add_column(col, justify="right" if col not in ("name", "attention") else "left")
+    for r in rows:
+        t.add_row(
+            r["name"],
+            str(r["layers"]) + (f"+{r['mtp_layers']}m" if r["mtp_layers"] else ""),
+            str(r["hidden_size"]),
+            str(r["experts"] or "-"),
+            str(r["topk"] or "-"),
+            r["attention"],
+            _fmt_b(r["total_params"]),
+            _fmt_b(r["active_params"]),
+            f"{r['flops_per_token'] / 1e9:.1f}",
+        )
+    return t
+
+
+def clusters_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="Clusters")
+    for col in ("name", "devices", "composition", "BF16 PFLOP/s", "description"):
+        t.add_column(col, justify="right" if col in ("devices", "BF16 PFLOP/s") else "left")
+    for r in rows:
+        t.add_row(r["name"], str(r["devices"]), r["composition"], f"{r['aggregate_bf16_pflops']:.2f}", r["description"])
+    return t
+
+
+def devices_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="Devices")
+    cols = ("id", "name", "GiB", "BF16 TF", "FP8 TF", "fabric", "intra GB/s", "pair GB/s", "NIC Gb/s", "provenance")
+    for col in cols:
+        t.add_column(col)
+    for r in rows:
+        t.add_row(
+            r["id"],
+            r["name"],
+            f"{r['memory_gib']:g}",
+            f"{r['bf16_tflops']:g}",
+            f"{r['fp8_tflops']:g}" if r["fp8_tflops"] else "-",
+            r["fabric"],
+            f"{r['intra_GBps']:g}",
+            f"{r['pair_GBps']:g}",
+            f"{r['nic_Gbps']:g}",
+            r["provenance"],
+        )
+    return t
+
+
+def kv_table(title: str, d: dict[str, Any]) -> Table:
+    t = Table(title=title, show_header=False)
+    t.add_column("field")
+    t.add_column("value")
+    for k, v in d.items():
+        t.add_row(str(k), str(v))
+    return t
+
+
+def stages_table(stages: list[dict[str, Any]], title: str = "Plan") -> Table:
+    t = Table(title=title)
+    for col in ("#", "device", "devs", "TP", "CP", "DP", "EP", "ETP", "layers", "recompute", "fwd+bwd ms", "mem/cap GiB"):
+        t.add_column(col, justify="right" if col not in ("device", "recompute") else "left")
+    for s in stages:
+        mark = " *" if s.get("bottleneck") else ""
+        t.add_row(
+            str(s["index"]),
+            s["device"],
+            str(s["devices"]),
+            str(s["tp"]),
+            str(s["cp"]),
+            str(s["dp"]),
+            str(s["ep"]),
+            str(s["etp"]),
+            f"{s['layers']} [{s['layer_range'][0]},{s['layer_range'][1]})",
+            s["recompute"],
+            f"{1e3 * (s['forward_s'] + s['backward_s']):.1f}{mark}",
+            f"{s['memory_gib']:.1f}/{s['capacity_gib']:.1f}",
+        )
+    return t
+
+
+def summary_line(pred: dict[str, Any]) -> str:
+    return (
+        f"iteration {pred['iteration_time_s']:.3f} s | {pred['tokens_per_s']:,.0f} tokens/s "
+        f"({pred['tokens_per_s_per_device']:,.0f}/device) | {pred['model_tflops_per_device']:.0f} TFLOP/s/device "
+        f"| MFU {100 * pred['mfu']:.1f}% | fits: {'yes' if pred['fits'] else 'NO'}"
+    )
+
+
+def breakdown_table(bd: dict[str, float]) -> Table:
+    t = Table(title="Breakdown of the bottleneck stage (s per iteration)")
+    t.add_column("term")
+    t.add_column("seconds", justify="right")
+    for k, v in bd.items():
+        t.add_row(k, f"{v:.3f}")
+    return t
+
+
+def console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, soft_wrap=False, width=160)
