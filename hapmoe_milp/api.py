@@ -89,8 +89,8 @@ def solve(
             return finalize(sol, m, c, s)
         if sol.status == "timeout":
             break
-    from hapmoe_milp.search.dp import families
     from hapmoe_milp.search.diagnose import diagnose
+    from hapmoe_milp.search.dp import families
 
     assert last is not None
     if last.status == "timeout":

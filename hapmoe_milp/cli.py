@@ -24,8 +24,19 @@ class _State:
 STATE = _State()
 
 
+def _clean(o: Any) -> Any:
+    """JSON has no NaN/Infinity: write them as null."""
+    if isinstance(o, float) and (o != o or o in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(o, dict):
+        return {k: _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    return o
+
+
 def _echo_json(obj: Any) -> None:
-    typer.echo(json.dumps(obj, indent=2, default=_json_default))
+    typer.echo(json.dumps(_clean(obj), indent=2, default=_json_default))
 
 
 def _json_default(o: Any) -> Any:

@@ -181,6 +181,8 @@ def build_options(
                     continue
                 b = samples_per_mb // cfg.dp
                 band = _layer_band(model, cluster, did, g, pruning.delta) if pruning.layer_band else (1, n)
+                if band != (1, n):
+                    counter.add("layer_band", (n - (band[1] - band[0] + 1)) * len(RECOMPUTE_LEVELS))
                 first = cm.first_edge(did, cfg, b)
                 last = cm.last_edge(did, cfg, b)
                 fixed = cm.fixed_memory(did, cfg, b)

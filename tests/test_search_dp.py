@@ -1,0 +1,193 @@
+"""The DP against brute force, and what each pruning switch cuts.
+
+Brute force enumerates every plan of the instance space (stage count, stage options, layer split)
+and scores each with `estimate`, an evaluation path independent of the DP's prefix-sum labels.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hapmoe_milp.config import Settings
+from hapmoe_milp.cost.estimate import estimate
+from hapmoe_milp.instance import build_instances, group_keys, in_group
+from hapmoe_milp.plan import Plan, Stage, check_plan
+from hapmoe_milp.search.dp import solve_dp
+from hapmoe_milp.space import Pruning
+from tests.conftest import tiny_cluster, tiny_model
+
+
+def brute_force(model, cluster, st: Settings, family: str) -> float:
+    best = math.inf
+    n = len(model.layer_kinds)
+    fams = ["megatron", "hetero"] if family == "both" else [family]
+    for fam in fams:
+        for inst in build_instances(model, cluster, st, fam, Pruning.off()):
+            for key in group_keys(inst):
+                opts = [o for o in inst.options if in_group(o, key)]
+                for p in range(1, n + 1):
+                    for cuts in itertools.combinations(range(1, n), p - 1):
+                        bounds = (0, *cuts, n)
+                        for combo in itertools.product(opts, repeat=p):
+                            if combo[0].cfg.dp != inst.first_dp:
+                                continue
+                            used: dict[str, int] = {}
+                            for o in combo:
+                                used[o.device] = used.get(o.device, 0) + o.devices
+                            if any(v > inst.inventory[d] for d, v in used.items()):
+                                continue
+                            stages = tuple(
+                                Stage(o.device, o.cfg, bounds[i], bounds[i + 1], o.recompute)  # type: ignore[arg-type]
+                                for i, o in enumerate(combo)
+                            )
+                            plan = Plan(model.name, cluster.name, fam, stages, st.global_batch_size, st.seq_length,
+                                        st.micro_batch_size, dispatcher=st.dispatcher)  # type: ignore[arg-type]
+                            e = estimate(model, cluster, plan, st)
+                            if e.fits and e.iteration_time_s < best:
+                                best = e.iteration_time_s
+    return best
+
+
+CASES = [
+    # (layer pattern, cluster spec, family)
+    ((1, 0, 1), [("h800", 2, None), ("910b", 2, None)], "both"),
+    ((0, 1, 1, 1), [("h800", 2, 3.0), ("mi300x", 1, 3.0)], "hetero"),
+    ((1, 1, 0, 1, 1), [("a100", 2, 2.6), ("v100", 1, None)], "both"),
+]
+
+
+@pytest.mark.parametrize(("pattern", "spec", "family"), CASES)
+def test_dp_unpruned_equals_brute_force(catalog, pattern, spec, family):
+    model = tiny_model(pattern)
+    cluster = tiny_cluster(catalog, spec)
+    st = Settings(seq_length=1024, global_batch_size=4, micro_batch_size=1, dispatcher="alltoall")
+    expected = brute_force(model, cluster, st, family)
+    sol = solve_dp(model, cluster, st, family=family, pruning=Pruning.off())
+    if math.isinf(expected):
+        assert sol.plan is None and sol.status == "infeasible"
+        return
+    assert sol.status == "optimal"
+    assert sol.objective_s == pytest.approx(expected, rel=1e-9)
+    assert sol.bound_s == pytest.approx(expected, rel=1e-9)
+    check_plan(sol.plan, model, cluster)
+    assert estimate(model, cluster, sol.plan, st).iteration_time_s == pytest.approx(sol.objective_s, rel=1e-9)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(
+    pattern=st.lists(st.integers(0, 1), min_size=2, max_size=4).filter(any),
+    n_a=st.sampled_from([1, 2]),
+    n_b=st.sampled_from([1, 2]),
+    mem=st.sampled_from([None, 2.5, 4.0]),
+    pair=st.sampled_from([("h800", "910b"), ("a100", "mi300x"), ("h100", "a40")]),
+)
+def test_dp_unpruned_equals_brute_force_random(catalog, pattern, n_a, n_b, mem, pair):
+    model = tiny_model(tuple(pattern))
+    cluster = tiny_cluster(catalog, [(pair[0], n_a, mem), (pair[1], n_b, None)])
+    st = Settings(seq_length=1024, global_batch_size=2, micro_batch_size=1, dispatcher="alltoall")
+    expected = brute_force(model, cluster, st, "both")
+    sol = solve_dp(model, cluster, st, family="both", pruning=Pruning.off())
+    if math.isinf(expected):
+        assert sol.plan is None
+    else:
+        assert sol.objective_s == pytest.approx(expected, rel=1e-9)
+
+
+# ------------------------------------------------------------------------------------------ pruning rules
+@pytest.fixture(scope="module")
+def hetero_case(catalog):
+    model = tiny_model((0, 1, 1, 1, 1, 1, 1, 1), hidden=1024, heads=8)
+    cluster = tiny_cluster(catalog, [("h800", 4, None), ("910b", 4, None)])
+    st = Settings(seq_length=2048, global_batch_size=16, micro_batch_size=1, dispatcher="alltoall")
+    exact = solve_dp(model, cluster, st, family="hetero", pruning=Pruning.off())
+    return model, cluster, st, exact
+
+
+def test_layer_band_keeps_stages_near_their_compute_share(hetero_case):
+    model, cluster, st, exact = hetero_case
+    pr = Pruning.off().__class__(**{**Pruning.off().to_dict(), "layer_band": True, "delta": 0.2})
+    sol = solve_dp(model, cluster, st, family="hetero", pruning=pr)
+    assert sol.pruned.get("layer_band", 0) > 0
+    total = sum(cluster.device(t).dense_peak_tflops * m for t, m in cluster.inventory.items())
+    n = len(model.layer_kinds)
+    for s in sol.plan.stages:
+        share = n * s.devices * cluster.device(s.device).dense_peak_tflops / total
+        assert max(1, math.floor(0.8 * share)) <= s.num_layers <= max(math.ceil(1.2 * share), 1)
+    assert sol.objective_s >= exact.objective_s * (1 - 1e-12)
+
+
+def test_min_recompute_picks_the_cheapest_level_that_fits(catalog):
+    model = tiny_model((1, 1, 1, 1), hidden=1024, heads=8)
+    cluster = tiny_cluster(catalog, [("h800", 2, 3.5)])
+    st = Settings(seq_length=2048, global_batch_size=8, micro_batch_size=1, dispatcher="alltoall")
+    base = Pruning.off().to_dict()
+    sol = solve_dp(model, cluster, st, family="hetero", pruning=Pruning(**{**base, "min_recompute": True}))
+    assert sol.pruned.get("min_recompute", 0) > 0
+    order = ["none", "selective", "full"]
+    assert any(s.recompute != "none" for s in sol.plan.stages)
+    for i, s in enumerate(sol.plan.stages):
+        e = estimate(model, cluster, sol.plan, st)
+        for cheaper in order[: order.index(s.recompute)]:
+            stages = list(sol.plan.stages)
+            stages[i] = Stage(s.device, s.cfg, s.layer_start, s.layer_end, cheaper)  # type: ignore[arg-type]
+            alt = estimate(model, cluster, sol.plan.__class__(**{**sol.plan.__dict__, "stages": tuple(stages)}), st)
+            assert not alt.stages[i]["memory_gib"] <= alt.stages[i]["capacity_gib"], "a cheaper level fits"
+        assert e.fits
+
+
+def test_cross_type_bound_forbids_cross_type_boundaries_when_eta_is_zero(hetero_case):
+    model, cluster, st, exact = hetero_case
+    pr = Pruning(**{**Pruning.off().to_dict(), "cross_type_comm": True, "eta": 0.0})
+    sol = solve_dp(model, cluster, st, family="hetero", pruning=pr)
+    assert sol.pruned.get("cross_type_comm", 0) > 0
+    devs = [s.device for s in sol.plan.stages]
+    assert all(a == b for a, b in itertools.pairwise(devs))
+    assert {s.device for s in exact.plan.stages} != set(devs) or len(set(devs)) == 1
+
+
+def test_dominance_cuts_options_without_changing_the_optimum(hetero_case):
+    model, cluster, st, exact = hetero_case
+    pr = Pruning(**{**Pruning.off().to_dict(), "dominance": True})
+    sol = solve_dp(model, cluster, st, family="hetero", pruning=pr)
+    assert sol.pruned.get("dominance", 0) > 0
+    assert sol.objective_s == pytest.approx(exact.objective_s, rel=1e-12)
+
+
+def test_max_stages_caps_pipeline_depth(hetero_case):
+    model, cluster, st, exact = hetero_case
+    pr = Pruning(**{**Pruning.off().to_dict(), "max_stages": 1})
+    sol = solve_dp(model, cluster, st, family="hetero", pruning=pr)
+    assert sol.plan.pp == 1
+    assert exact.plan.pp >= 1 and sol.objective_s >= exact.objective_s * (1 - 1e-12)
+
+
+def test_ep_within_type_is_structural(hetero_case):
+    """Every stage is one device type, so no EP group can span types; the rule never has work."""
+    model, cluster, st, exact = hetero_case
+    sol = solve_dp(model, cluster, st, family="hetero")
+    assert sol.pruned.get("ep_within_type", 0) == 0
+    for s in sol.plan.stages:
+        assert s.cfg.ep * s.cfg.etp <= s.devices
+
+
+def test_pruned_dp_is_close_to_exact_on_small_cases(hetero_case):
+    model, cluster, st, exact = hetero_case
+    sol = solve_dp(model, cluster, st, family="hetero")
+    assert sol.status == "feasible"
+    assert sol.objective_s <= exact.objective_s * 1.05
+
+
+def test_random_seeds_are_deterministic(catalog):
+    random.seed(0)
+    model = tiny_model((1, 0, 1, 1))
+    cluster = tiny_cluster(catalog, [("h800", 2, None), ("910b", 2, None)])
+    st = Settings(seq_length=1024, global_batch_size=4, micro_batch_size=1)
+    a = solve_dp(model, cluster, st)
+    b = solve_dp(model, cluster, st)
+    assert a.plan == b.plan and a.objective_s == b.objective_s
