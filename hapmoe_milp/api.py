@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 SOLVERS = ("dp", "cpsat", "milp", "auto")
 
 
-def resolve(model: ModelSpec | str, cluster: ClusterSpec | str, catalog: Catalog | None = None) -> tuple[ModelSpec, ClusterSpec]:
+def resolve(
+    model: ModelSpec | str, cluster: ClusterSpec | str, catalog: Catalog | None = None
+) -> tuple[ModelSpec, ClusterSpec]:
     cat = catalog or Catalog()
     m = cat.model(model) if isinstance(model, str) else model
     c = cat.cluster(cluster) if isinstance(cluster, str) else cluster

@@ -13,7 +13,9 @@ import typer
 from hapmoe_milp.errors import HapmoeError, PlanError
 from hapmoe_milp.specs.catalog import Catalog
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Heterogeneity-aware parallelism planner for MoE training.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Heterogeneity-aware parallelism planner for MoE training."
+)
 log = logging.getLogger("hapmoe_milp")
 
 
@@ -50,7 +52,8 @@ def _json_default(o: Any) -> Any:
 @app.callback()
 def _main(
     devices_dir: Annotated[
-        list[Path] | None, typer.Option("--devices-dir", help="extra folder of device tables (e.g. profiled), searched first")
+        list[Path] | None,
+        typer.Option("--devices-dir", help="extra folder of device tables (e.g. profiled), searched first"),
     ] = None,
     verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="-v info, -vv debug logging")] = 0,
 ) -> None:
@@ -74,8 +77,11 @@ def models(
         d = m.summary()
         d["sources"] = list(m.sources)
         if m.official:
-            d["official"] = {"total_b": m.official.total_b, "active_b": m.official.active_b,
-                             "active_convention": m.official.active_convention}
+            d["official"] = {
+                "total_b": m.official.total_b,
+                "active_b": m.official.active_b,
+                "active_convention": m.official.active_convention,
+            }
         if as_json:
             _echo_json(d)
         else:
@@ -100,9 +106,15 @@ def clusters(
     if name:
         c = cat.cluster(name)
         d = c.summary()
-        d["groups"] = [{"device": g.device.id, "nodes": g.nodes, "devices_per_node": g.devices_per_node} for g in c.groups]
-        d["cross_link"] = {"efficiency": c.cross.efficiency, "latency_us": c.cross.latency_us,
-                           "bandwidth_GBps": c.cross.bandwidth_GBps, "assumption": c.cross.assumption}
+        d["groups"] = [
+            {"device": g.device.id, "nodes": g.nodes, "devices_per_node": g.devices_per_node} for g in c.groups
+        ]
+        d["cross_link"] = {
+            "efficiency": c.cross.efficiency,
+            "latency_us": c.cross.latency_us,
+            "bandwidth_GBps": c.cross.bandwidth_GBps,
+            "assumption": c.cross.assumption,
+        }
         d["sources"] = list(c.sources)
         if as_json:
             _echo_json(d)
@@ -146,9 +158,24 @@ def devices(
 
 
 # ---------------------------------------------------------------------- estimate
-def _knob_plan(model: Any, cluster: Any, tp: int, pp: int, cp: int, ep: int, etp: int | None, vpp: int, mbs: int,
-               gbs: int, seq: int, recompute: str, layout: str | None, dispatcher: str, precision: str,
-               imbalance: float) -> Any:
+def _knob_plan(
+    model: Any,
+    cluster: Any,
+    tp: int,
+    pp: int,
+    cp: int,
+    ep: int,
+    etp: int | None,
+    vpp: int,
+    mbs: int,
+    gbs: int,
+    seq: int,
+    recompute: str,
+    layout: str | None,
+    dispatcher: str,
+    precision: str,
+    imbalance: float,
+) -> Any:
     from hapmoe_milp.config import ParallelConfig
     from hapmoe_milp.layout import parse_layout
     from hapmoe_milp.plan import Plan, Stage
@@ -174,7 +201,7 @@ def _knob_plan(model: Any, cluster: Any, tp: int, pp: int, cp: int, ep: int, etp
     stages = []
     pos = 0
     for s in range(pp):
-        types = set(kinds[s * g:(s + 1) * g])
+        types = set(kinds[s * g : (s + 1) * g])
         if len(types) != 1:
             raise PlanError(
                 f"pipeline stage {s} (ranks {s * g}-{(s + 1) * g - 1}) spans device types {sorted(types)}; "
@@ -183,9 +210,19 @@ def _knob_plan(model: Any, cluster: Any, tp: int, pp: int, cp: int, ep: int, etp
             )
         stages.append(Stage(types.pop(), cfg, pos, pos + counts[s], recompute))  # type: ignore[arg-type]
         pos += counts[s]
-    return Plan(model=model.name, cluster=cluster.name, family="megatron", stages=tuple(stages),
-                global_batch_size=gbs, seq_length=seq, micro_batch_size=mbs, vpp=vpp, precision=precision,
-                imbalance=imbalance, dispatcher=dispatcher)
+    return Plan(
+        model=model.name,
+        cluster=cluster.name,
+        family="megatron",
+        stages=tuple(stages),
+        global_batch_size=gbs,
+        seq_length=seq,
+        micro_batch_size=mbs,
+        vpp=vpp,
+        precision=precision,
+        imbalance=imbalance,
+        dispatcher=dispatcher,
+    )
 
 
 @app.command()
@@ -204,11 +241,15 @@ def estimate(
     seq: Annotated[int | None, typer.Option("--seq")] = None,
     recompute: Annotated[str, typer.Option("--recompute", help="none|selective|full")] = "none",
     layout: Annotated[str | None, typer.Option("--layout", help="Megatron --pipeline-model-parallel-layout")] = None,
-    imbalance: Annotated[float, typer.Option("--imbalance", help="expert load-imbalance factor (1.0 = balanced)")] = 1.0,
+    imbalance: Annotated[
+        float, typer.Option("--imbalance", help="expert load-imbalance factor (1.0 = balanced)")
+    ] = 1.0,
     precision: Annotated[str, typer.Option("--precision", help="bf16|fp8")] = "bf16",
     dispatcher: Annotated[str | None, typer.Option("--dispatcher", help="allgather|alltoall|flex")] = None,
     optimizer_offload: Annotated[bool, typer.Option("--optimizer-offload/--no-optimizer-offload")] = False,
-    simulate: Annotated[bool, typer.Option("--simulate", help="event-driven 1F1B simulation instead of the closed form")] = False,
+    simulate: Annotated[
+        bool, typer.Option("--simulate", help="event-driven 1F1B simulation instead of the closed form")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Predict iteration time, throughput, MFU and memory of one plan."""
@@ -224,15 +265,39 @@ def estimate(
         raise PlanError(f"must be >= 1.0 (1.0 = balanced routing), got {imbalance}", field="--imbalance")
     cat = STATE.catalog
     m, c = cat.model(model), cat.cluster(cluster)
-    st = make_settings(m, None, micro_batch_size=mbs, global_batch_size=gbs, seq_length=seq,
-                       dispatcher=dispatcher, precision=precision, imbalance=imbalance,
-                       optimizer_offload=optimizer_offload)
+    st = make_settings(
+        m,
+        None,
+        micro_batch_size=mbs,
+        global_batch_size=gbs,
+        seq_length=seq,
+        dispatcher=dispatcher,
+        precision=precision,
+        imbalance=imbalance,
+        optimizer_offload=optimizer_offload,
+    )
     if plan is not None:
         p = load_plan(plan)
         check_plan(p, m, c, str(plan))
     else:
-        p = _knob_plan(m, c, tp, pp, cp, ep, etp, vpp, st.micro_batch_size, st.global_batch_size, st.seq_length,
-                       recompute, layout, st.dispatcher, precision, imbalance)
+        p = _knob_plan(
+            m,
+            c,
+            tp,
+            pp,
+            cp,
+            ep,
+            etp,
+            vpp,
+            st.micro_batch_size,
+            st.global_batch_size,
+            st.seq_length,
+            recompute,
+            layout,
+            st.dispatcher,
+            precision,
+            imbalance,
+        )
         check_plan(p, m, c, "--tp/--pp/...")
     est = estimate_plan(m, c, p, settings=st, simulate=simulate, catalog=cat, check=False)
     d = est.to_dict()
@@ -262,14 +327,20 @@ def solve(
     mbs: Annotated[int | None, typer.Option("--mbs")] = None,
     family: Annotated[str, typer.Option("--family", help="megatron|hetero|both")] = "both",
     solver: Annotated[str, typer.Option("--solver", help="dp|cpsat|milp|auto")] = "dp",
-    solver_config: Annotated[Path | None, typer.Option("--solver-config", help="preset YAML (solvers/*.yaml) or name")] = None,
+    solver_config: Annotated[
+        Path | None, typer.Option("--solver-config", help="preset YAML (solvers/*.yaml) or name")
+    ] = None,
     time_limit: Annotated[float | None, typer.Option("--time-limit", help="seconds")] = None,
     imbalance: Annotated[float, typer.Option("--imbalance")] = 1.0,
     precision: Annotated[str, typer.Option("--precision")] = "bf16",
     dispatcher: Annotated[str | None, typer.Option("--dispatcher")] = None,
     optimizer_offload: Annotated[str, typer.Option("--optimizer-offload", help="auto|on|off")] = "auto",
-    out: Annotated[Path | None, typer.Option("--out", help="write plan.json (or the export folder with --export)")] = None,
-    export: Annotated[str | None, typer.Option("--export", help="megatron|flagscale: also write launch files to --out")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="write plan.json (or the export folder with --export)")
+    ] = None,
+    export: Annotated[
+        str | None, typer.Option("--export", help="megatron|flagscale: also write launch files to --out")
+    ] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="PNG of the simulated 1F1B schedule")] = None,
     explain: Annotated[bool, typer.Option("--explain")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
@@ -285,14 +356,20 @@ def solve(
     cat = STATE.catalog
     m, c = cat.model(model), cat.cluster(cluster)
     sol = api_solve(
-        m, c, solver if not (preset and solver == "dp" and preset.solver) else preset.solver,
+        m,
+        c,
+        solver if not (preset and solver == "dp" and preset.solver) else preset.solver,
         family=family,
         pruning=preset.pruning if preset else None,
         time_limit=time_limit if time_limit is not None else (preset.time_limit if preset else None),
         optimizer_offload={"auto": "auto", "on": True, "off": False}[optimizer_offload],
         catalog=cat,
         solver_options=preset.options if preset else None,
-        global_batch_size=gbs, seq_length=seq, micro_batch_size=mbs, imbalance=imbalance, precision=precision,
+        global_batch_size=gbs,
+        seq_length=seq,
+        micro_batch_size=mbs,
+        imbalance=imbalance,
+        precision=precision,
         dispatcher=dispatcher,
     )
     assert sol.plan is not None
@@ -316,7 +393,9 @@ def solve(
         _echo_json(payload)
         return
     con = render.console()
-    con.print(render.stages_table(pred["stages"], title=f"{m.name} on {c.name} — {sol.plan.family} family, pp={sol.plan.pp}"))
+    con.print(
+        render.stages_table(pred["stages"], title=f"{m.name} on {c.name} — {sol.plan.family} family, pp={sol.plan.pp}")
+    )
     con.print(render.summary_line(pred))
     gap = sol.gap
     con.print(
@@ -344,9 +423,7 @@ def _explain(sol: Any) -> dict[str, Any]:
             f"{pred['stages'][0]['micro_batch']}-sample micro-batches x {plan.num_microbatches} per iteration; "
             f"the slowest stage takes {1e3 * st['stage_time_s']:.1f} ms per micro-batch and sets the 1F1B rate"
         ),
-        "layers_per_device": {
-            s["device"]: round(s["layers"] / s["devices"], 3) for s in pred["stages"]
-        },
+        "layers_per_device": {s["device"]: round(s["layers"] / s["devices"], 3) for s in pred["stages"]},
     }
     if sol.runner_up is not None and sol.runner_up_s is not None:
         ru = sol.runner_up
@@ -383,4 +460,3 @@ def main() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     main()
-

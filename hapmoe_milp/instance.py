@@ -100,9 +100,7 @@ class Instance:
     def p2p(self, src: Option, dst_device: str, dst_devices: int) -> float:
         return self.cost_model.p2p(src.device, src.cfg, src.b, dst_device, dst_devices)
 
-    def evaluate(
-        self, opt: Option, s: int, e: int, *, from_end: int, first: bool, p2p: float = 0.0
-    ) -> StageEval:
+    def evaluate(self, opt: Option, s: int, e: int, *, from_end: int, first: bool, p2p: float = 0.0) -> StageEval:
         """Cost of layers [s, e) on option ``opt`` as the ``from_end``-th stage counted from the last (1 = last)."""
         last = from_end == 1
         fwd = opt.seg("fwd", s, e)
@@ -217,8 +215,10 @@ def build_options(
             groups.setdefault((o.device, o.devices, o.cfg.cp, o.cfg.ep > 1, o.cfg.dp, o.recompute), []).append(o)
         for grp in groups.values():
             for i, o in enumerate(grp):
-                if any(j != i and _dominated(o, p, kinds) and not (_dominated(p, o, kinds) and j > i)
-                       for j, p in enumerate(grp)):
+                if any(
+                    j != i and _dominated(o, p, kinds) and not (_dominated(p, o, kinds) and j > i)
+                    for j, p in enumerate(grp)
+                ):
                     counter.add("dominance")
                 else:
                     keep.append(o)

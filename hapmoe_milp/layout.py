@@ -63,7 +63,9 @@ def parse_layout(text: str, pp: int, num_layers: int, mtp_layers: int = 0) -> La
             f"layout {text!r} places {joined.count('t')} decoder layers, the model has {num_layers}", field="--layout"
         )
     if joined.count("m") != mtp_layers:
-        raise PlanError(f"layout {text!r} places {joined.count('m')} MTP layers, model has {mtp_layers}", field="--layout")
+        raise PlanError(
+            f"layout {text!r} places {joined.count('m')} MTP layers, model has {mtp_layers}", field="--layout"
+        )
     if "m" in joined and joined.rfind("t") > joined.find("m"):
         raise PlanError(f"layout {text!r}: MTP layers must come after every decoder layer", field="--layout")
     return Layout(stages, pp)

@@ -72,7 +72,20 @@ def kv_table(title: str, d: dict[str, Any]) -> Table:
 
 def stages_table(stages: list[dict[str, Any]], title: str = "Plan") -> Table:
     t = Table(title=title)
-    for col in ("#", "device", "devs", "TP", "CP", "DP", "EP", "ETP", "layers", "recompute", "fwd+bwd ms", "mem/cap GiB"):
+    for col in (
+        "#",
+        "device",
+        "devs",
+        "TP",
+        "CP",
+        "DP",
+        "EP",
+        "ETP",
+        "layers",
+        "recompute",
+        "fwd+bwd ms",
+        "mem/cap GiB",
+    ):
         t.add_column(col, justify="right" if col not in ("device", "recompute") else "left")
     for s in stages:
         mark = " *" if s.get("bottleneck") else ""

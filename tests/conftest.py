@@ -15,7 +15,9 @@ def catalog() -> Catalog:
     return Catalog()
 
 
-def tiny_model(pattern: tuple[int, ...], *, experts: int = 4, hidden: int = 512, heads: int = 4, mtp: int = 0) -> ModelSpec:
+def tiny_model(
+    pattern: tuple[int, ...], *, experts: int = 4, hidden: int = 512, heads: int = 4, mtp: int = 0
+) -> ModelSpec:
     """A small MoE (or dense, if the pattern is all zeros) model so cost evaluation is quick."""
     moe = any(pattern)
     return ModelSpec(

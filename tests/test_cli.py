@@ -66,15 +66,43 @@ def test_solve_then_estimate_reports_the_same_objective(tmp_path):
     est = json.loads(run("estimate", "-m", "mixtral-s", "-c", "16-1", "--plan", str(out), "--json").stdout)
     assert est["iteration_time_s"] == pytest.approx(sol["solver"]["objective_s"], rel=1e-9)
     assert est["iteration_time_s"] == pytest.approx(sol["predicted"]["iteration_time_s"], rel=1e-12)
-    for key in ("tokens_per_s", "tokens_per_s_per_device", "model_tflops_per_device", "mfu", "fits", "stages", "breakdown"):
+    for key in (
+        "tokens_per_s",
+        "tokens_per_s_per_device",
+        "model_tflops_per_device",
+        "mfu",
+        "fits",
+        "stages",
+        "breakdown",
+    ):
         assert key in est
 
 
 def test_estimate_knobs_and_simulation_agree_on_uniform_homogeneous_plan():
-    cf = json.loads(run("estimate", "-m", "mixtral-s", "-c", "16-1-h", "--tp", "2", "--pp", "2", "--ep", "4",
-                        "--etp", "1", "--json").stdout)
-    sim = json.loads(run("estimate", "-m", "mixtral-s", "-c", "16-1-h", "--tp", "2", "--pp", "2", "--ep", "4",
-                         "--etp", "1", "--simulate", "--json").stdout)
+    cf = json.loads(
+        run(
+            "estimate", "-m", "mixtral-s", "-c", "16-1-h", "--tp", "2", "--pp", "2", "--ep", "4", "--etp", "1", "--json"
+        ).stdout
+    )
+    sim = json.loads(
+        run(
+            "estimate",
+            "-m",
+            "mixtral-s",
+            "-c",
+            "16-1-h",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--ep",
+            "4",
+            "--etp",
+            "1",
+            "--simulate",
+            "--json",
+        ).stdout
+    )
     assert sim["simulated"] and not cf["simulated"]
     # equal stages differ only by the p2p delay model; the closed form is an upper bound
     assert sim["iteration_time_s"] <= cf["iteration_time_s"] * (1 + 1e-12)
@@ -82,8 +110,26 @@ def test_estimate_knobs_and_simulation_agree_on_uniform_homogeneous_plan():
 
 
 def test_estimate_layout_flag_sets_uneven_stages():
-    d = json.loads(run("estimate", "-m", "mixtral-s", "-c", "16-1-h", "--pp", "2", "--tp", "2", "--ep", "4",
-                       "--etp", "1", "--layout", "Et*14|t*10L", "--json").stdout)
+    d = json.loads(
+        run(
+            "estimate",
+            "-m",
+            "mixtral-s",
+            "-c",
+            "16-1-h",
+            "--pp",
+            "2",
+            "--tp",
+            "2",
+            "--ep",
+            "4",
+            "--etp",
+            "1",
+            "--layout",
+            "Et*14|t*10L",
+            "--json",
+        ).stdout
+    )
     assert [s["layers"] for s in d["stages"]] == [14, 10]
 
 

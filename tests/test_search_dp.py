@@ -46,8 +46,16 @@ def brute_force(model, cluster, st: Settings, family: str) -> float:
                                 Stage(o.device, o.cfg, bounds[i], bounds[i + 1], o.recompute)  # type: ignore[arg-type]
                                 for i, o in enumerate(combo)
                             )
-                            plan = Plan(model.name, cluster.name, fam, stages, st.global_batch_size, st.seq_length,
-                                        st.micro_batch_size, dispatcher=st.dispatcher)  # type: ignore[arg-type]
+                            plan = Plan(
+                                model.name,
+                                cluster.name,
+                                fam,
+                                stages,
+                                st.global_batch_size,
+                                st.seq_length,
+                                st.micro_batch_size,
+                                dispatcher=st.dispatcher,
+                            )  # type: ignore[arg-type]
                             e = estimate(model, cluster, plan, st)
                             if e.fits and e.iteration_time_s < best:
                                 best = e.iteration_time_s
@@ -79,7 +87,9 @@ def test_dp_unpruned_equals_brute_force(catalog, pattern, spec, family):
     assert estimate(model, cluster, sol.plan, st).iteration_time_s == pytest.approx(sol.objective_s, rel=1e-9)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(
     pattern=st.lists(st.integers(0, 1), min_size=2, max_size=4).filter(any),
     n_a=st.sampled_from([1, 2]),
@@ -169,7 +179,7 @@ def test_max_stages_caps_pipeline_depth(hetero_case):
 
 def test_ep_within_type_is_structural(hetero_case):
     """Every stage is one device type, so no EP group can span types; the rule never has work."""
-    model, cluster, st, exact = hetero_case
+    model, cluster, st, _ = hetero_case
     sol = solve_dp(model, cluster, st, family="hetero")
     assert sol.pruned.get("ep_within_type", 0) == 0
     for s in sol.plan.stages:

@@ -124,8 +124,7 @@ def _solve_group(
     # stages together take >= W / g_max. Valid whatever the pruning, so it keeps the DP exact.
     kinds = inst.layer_kinds
     w_kind = {
-        k: min(((o.per_kind[k].fwd + o.per_kind[k].bwd) * o.devices for o in options), default=0.0)
-        for k in set(kinds)
+        k: min(((o.per_kind[k].fwd + o.per_kind[k].bwd) * o.devices for o in options), default=0.0) for k in set(kinds)
     }
     w_pre = [0.0]
     for k in kinds:
@@ -149,7 +148,6 @@ def _solve_group(
             if labels:
                 by_end.setdefault(e, []).append((used, nd, ng, labels))
         nxt: dict[tuple, list[Label]] = {}
-        infl_key = min(M, k)
         for e, states in by_end.items():
             lo_tmax = min(lb.tmax for _, _, _, labels in states for lb in labels)
             for group in shape_list:
@@ -186,8 +184,11 @@ def _solve_group(
                         for used, nd, ng, labels in fits_inv:
                             p2p = inst.p2p(o, nd, ng) if nd is not None else 0.0
                             tau = base.tau + 2 * p2p
-                            if pr.cross_type_comm and nd is not None and nd != o.device and 2 * p2p > pr.eta * (
-                                base.fwd + base.bwd
+                            if (
+                                pr.cross_type_comm
+                                and nd is not None
+                                and nd != o.device
+                                and 2 * p2p > pr.eta * (base.fwd + base.bwd)
                             ):
                                 counter.add("cross_type_comm")
                                 continue
@@ -298,13 +299,26 @@ def solve_dp(
             break
     wall = time.perf_counter() - t0
     exact = pr == Pruning.off() or (
-        not pr.layer_band and not pr.min_recompute and not pr.cross_type_comm and not pr.dominance
-        and pr.max_stages <= 0 and not pr.uniform_stage_size and pr.pareto_eps == 0
+        not pr.layer_band
+        and not pr.min_recompute
+        and not pr.cross_type_comm
+        and not pr.dominance
+        and pr.max_stages <= 0
+        and not pr.uniform_stage_size
+        and pr.pareto_eps == 0
     )
     if best.label is None or best.inst is None:
         status = "timeout" if not complete else "infeasible"
-        return Solution(name, status, None, float("inf"), float("nan"), wall, counter.counts,
-                        message="" if not complete else "no plan satisfies memory and inventory")
+        return Solution(
+            name,
+            status,
+            None,
+            float("inf"),
+            float("nan"),
+            wall,
+            counter.counts,
+            message="" if not complete else "no plan satisfies memory and inventory",
+        )
     plan = plan_from_label(best.label, best.inst)
     runner = plan_from_label(best.second_label, best.second_inst) if best.second_label and best.second_inst else None
     if complete:
