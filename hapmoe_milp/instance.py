@@ -184,7 +184,9 @@ def build_options(
                 first = cm.first_edge(did, cfg, b)
                 last = cm.last_edge(did, cfg, b)
                 fixed = cm.fixed_memory(did, cfg, b)
-                for r in RECOMPUTE_LEVELS:
+                # FlagScale expresses per-stage recompute only as none/full (per stage and micro-batch)
+                levels = RECOMPUTE_LEVELS if family == "megatron" else ("none", "full")
+                for r in levels:
                     per_kind = {k: cm.layer(did, cfg, b, k, r) for k in kinds}  # type: ignore[arg-type]
                     prefix: dict[str, tuple[float, ...]] = {}
                     for attr in ATTRS:
@@ -275,17 +277,40 @@ def build_instances(
         )
 
 
+def group_key(o: Option, family: Family) -> tuple:
+    """Family rules that tie stages together.
+
+    megatron: one mesh shape and one recompute setting for every stage (Megatron's recompute flags are
+    global); hetero: FlagScale's same CP everywhere and EP on in all meshes or none.
+    """
+    if family == "megatron":
+        return ("cfg", o.cfg, o.recompute)
+    return ("cp-ep", o.cfg.cp, o.cfg.ep > 1)
+
+
+def groups(inst: Instance) -> dict[tuple, list[Option]]:
+    out: dict[tuple, list[Option]] = {}
+    for o in inst.options:
+        out.setdefault(group_key(o, inst.family), []).append(o)
+    return dict(sorted(out.items(), key=lambda kv: repr(kv[0])))
+
+
 def group_keys(inst: Instance) -> list[tuple]:
-    """Family rules that tie stages together: one mesh for megatron; same CP and EP on/off for hetero."""
-    if inst.family == "megatron":
-        return sorted({("cfg", o.cfg) for o in inst.options})
-    return sorted({("cp-ep", o.cfg.cp, o.cfg.ep > 1) for o in inst.options})
+    return list(groups(inst))
 
 
 def in_group(o: Option, key: tuple) -> bool:
     if key[0] == "cfg":
-        return o.cfg == key[1]
+        return o.cfg == key[1] and o.recompute == key[2]
     return o.cfg.cp == key[1] and (o.cfg.ep > 1) == key[2]
+
+
+def aligned(start: int, g: int, node: int) -> bool:
+    """A stage's device block must not straddle nodes (TP/ETP stay inside a node): a block smaller than
+    a node sits inside one node, a larger one starts on a node boundary."""
+    if g <= node:
+        return start // node == (start + g - 1) // node
+    return start % node == 0
 
 
 __all__ = [
@@ -293,9 +318,12 @@ __all__ = [
     "Instance",
     "Option",
     "StageEval",
+    "aligned",
     "build_instances",
     "build_options",
+    "group_key",
     "group_keys",
+    "groups",
     "in_flight",
     "in_group",
     "micro_batch_steps",

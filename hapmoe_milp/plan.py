@@ -95,24 +95,43 @@ class Plan:
     def layer_counts(self) -> list[int]:
         return [s.num_layers for s in self.stages]
 
-    def placement(self, cluster: ClusterSpec) -> list[list[tuple[int, int]]]:
-        """(group index, node index within group) of each stage's devices, filling nodes in order.
+    def slot_offsets(self, cluster: ClusterSpec) -> list[int]:
+        """Index of each stage's first device among its type's devices (in the cluster's group order).
 
-        Stages of one type take that type's devices contiguously, so a stage that fits in a node
-        stays in one node and TP/EP groups never straddle nodes unless the stage spans several.
+        A type's stages take its *last* devices, contiguously in pipeline order; any devices the plan
+        leaves idle are the first ones. This is the placement the search assumes when it checks that no
+        stage straddles a node boundary (it places stages from the last one backwards).
         """
+        tail: dict[str, int] = {}
+        for s in self.stages:
+            tail[s.device] = tail.get(s.device, 0) + s.devices
+        inv = cluster.inventory
+        seen: dict[str, int] = {}
+        out: list[int] = []
+        for s in self.stages:
+            before = seen.get(s.device, 0)
+            out.append(inv.get(s.device, 0) - tail[s.device] + before)
+            seen[s.device] = before + s.devices
+        return out
+
+    def placement(self, cluster: ClusterSpec) -> list[list[tuple[int, int]]]:
+        """(group index, node index within group) of each stage's devices (see :meth:`slot_offsets`)."""
         cursor: dict[str, list[tuple[int, int]]] = {}
         for gi, g in enumerate(cluster.groups):
             slots = cursor.setdefault(g.device.id, [])
             for node in range(g.nodes):
                 slots.extend([(gi, node)] * g.devices_per_node)
-        used: dict[str, int] = {}
-        out: list[list[tuple[int, int]]] = []
+        return [
+            cursor.get(s.device, [])[off : off + s.devices]
+            for s, off in zip(self.stages, self.slot_offsets(cluster), strict=True)
+        ]
+
+    def rank_ranges(self) -> list[tuple[int, int]]:
+        """Global rank range [first, last] of each stage (pipeline stage s owns consecutive ranks)."""
+        out, r = [], 0
         for s in self.stages:
-            k = used.get(s.device, 0)
-            slots = cursor.get(s.device, [])
-            out.append(slots[k : k + s.devices])
-            used[s.device] = k + s.devices
+            out.append((r, r + s.devices - 1))
+            r += s.devices
         return out
 
     # ------------------------------------------------------------------ JSON
@@ -134,11 +153,12 @@ class Plan:
                 {
                     "device": s.device,
                     "devices": s.devices,
+                    "ranks": list(r),
                     **asdict(s.cfg),
                     "recompute": s.recompute,
                     "layers": [s.layer_start, s.layer_end],
                 }
-                for s in self.stages
+                for s, r in zip(self.stages, self.rank_ranges(), strict=True)
             ],
             "predicted": self.predicted,
             "solver": self.solver,
@@ -168,6 +188,7 @@ def plan_from_dict(doc: dict[str, Any], source: str) -> Plan:
         layers = sf.list_("layers")
         if len(layers) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers):
             raise sf.err("layers", f"must be [start, end) as two integers, got {layers!r}")
+        sf.raw("ranks", None)  # derived (rank_ranges); checked below
         devices = sf.int_("devices", cfg.devices)
         if devices != cfg.devices:
             raise sf.err("devices", f"is {devices} but tp*cp*dp = {cfg.devices}")
@@ -198,6 +219,10 @@ def plan_from_dict(doc: dict[str, Any], source: str) -> Plan:
         predicted=dict(f.raw("predicted", {}) or {}),
         solver=dict(f.raw("solver", {}) or {}),
     )
+    for i, (sd, rr) in enumerate(zip(f.list_("stages"), plan.rank_ranges(), strict=True)):
+        ranks = sd.get("ranks") if isinstance(sd, dict) else None
+        if ranks is not None and list(ranks) != list(rr):
+            raise SpecError(f"is {ranks!r}, stage order implies {list(rr)}", source=source, field=f"stages[{i}].ranks")
     m = f.int_("num_microbatches", None)
     f.reject_unknown()
     if m is not None and plan.global_batch_size % plan.samples_per_microbatch == 0 and m != plan.num_microbatches:
@@ -240,11 +265,30 @@ def check_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, source: str =
             )
     if pos != n_layers:
         raise bad("stages", f"cover {pos} layers, the model has {n_layers} (decoder + MTP)")
+    if plan.family == "hetero":
+        seen: list[str] = []
+        for i, s in enumerate(plan.stages):
+            if seen and seen[-1] == s.device:
+                continue
+            if s.device in seen:
+                raise bad(
+                    f"stages[{i}].device",
+                    f"{s.device} stages must be contiguous in a hetero plan (FlagScale ranks processes by device type)",
+                )
+            seen.append(s.device)
     used = plan.devices_by_type()
     for did, n in used.items():
         have = cluster.inventory.get(did, 0)
         if n > have:
             raise bad("stages", f"use {n} {did} devices, cluster {cluster.name} has {have}")
+    for i, (s, off) in enumerate(zip(plan.stages, plan.slot_offsets(cluster), strict=True)):
+        node = cluster.node_size(s.device)
+        if s.devices <= node and off // node != (off + s.devices - 1) // node:
+            raise bad(f"stages[{i}].devices", f"{s.devices} {s.device} devices at slot {off} straddle a node boundary")
+        if s.devices > node and off % node:
+            raise bad(
+                f"stages[{i}].devices", f"{s.devices} {s.device} devices must start on a node boundary, start {off}"
+            )
     if plan.global_batch_size % plan.samples_per_microbatch:
         raise bad(
             "global_batch_size",

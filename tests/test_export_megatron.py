@@ -21,9 +21,8 @@ from hapmoe_milp.export import (
     nearest_expressible_recompute,
     parse_megatron_args,
     plan_from_megatron_args,
-    validate,
 )
-from hapmoe_milp.export.common import launch_units, moe_layer_freq_arg, plan_chunks, rank_chunks, StageLayers
+from hapmoe_milp.export.common import StageLayers, launch_units, moe_layer_freq_arg, plan_chunks, rank_chunks
 from hapmoe_milp.export.megatron import (
     build_layout,
     compress_layout,
@@ -33,6 +32,7 @@ from hapmoe_milp.export.megatron import (
     parse_layout,
     pipeline_split,
 )
+from hapmoe_milp.export.validate import validate
 from hapmoe_milp.plan import Plan, Stage, load_plan
 from hapmoe_milp.specs import Catalog
 from hapmoe_milp.specs.model import ModelSpec
@@ -381,7 +381,7 @@ def test_launch_script_contents() -> None:
     s = launch_scripts(plan, C16, MIXTRAL)["launch_node1.sh"]
     for needle in ("NNODES=2", "NODE_RANK=1", "NPROC_PER_NODE=8", "MASTER_ADDR", "set -f", "pretrain_gpt.py"):
         assert needle in s
-    assert "$(cat \"$HERE/megatron_args.txt\")" in s
+    assert '$(cat "$HERE/megatron_args.txt")' in s
     assert "--vocab-size 31999" in s  # NullTokenizer adds an EOD token: 31999 + 1 = the model's 32000
     assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in s
 

@@ -19,7 +19,13 @@ from hapmoe_milp.profiler import ProfilerError
 from hapmoe_milp.profiler.collectives import COLLECTIVES_FORMAT, cross_link_from_collectives, load_collectives
 from hapmoe_milp.profiler.compare import compare_tables, format_rows, summarize_rows
 from hapmoe_milp.profiler.kernels import KNOWN_PEAKS, MEASUREMENT_FORMAT, known_peak
-from hapmoe_milp.profiler.table_writer import DeviceOverrides, build_device_document, write_device_table
+from hapmoe_milp.profiler.table_writer import (
+    DeviceOverrides,
+    build_device_document,
+    load_measurements,
+    save_measurements,
+    write_device_table,
+)
 from hapmoe_milp.specs import Catalog
 from hapmoe_milp.specs._fields import load_document
 from hapmoe_milp.specs.device import LINK_CLASSES, PRIMITIVES, device_from_dict
@@ -203,7 +209,9 @@ def test_missing_collectives_is_an_error_off_cpu_and_synthesised_on_cpu() -> Non
     with pytest.raises(ProfilerError, match="no intra-node collectives"):
         build_device_document(fake_measurements(), device_name="g")
     doc, _ = build_device_document(
-        fake_measurements(backend="cpu"), device_name="c", collectives=[fake_collectives("intra", 3.0, world=2, local=2)]
+        fake_measurements(backend="cpu"),
+        device_name="c",
+        collectives=[fake_collectives("intra", 3.0, world=2, local=2)],
     )
     dev = _load(doc)
     assert dev.collectives["inter"]["p2p"].y == dev.collectives["intra"]["p2p"].y
@@ -281,6 +289,20 @@ def test_written_yaml_keeps_the_shipped_layout(tmp_path: Path) -> None:
     for link in LINK_CLASSES:
         assert set(mine["tables"]["collectives"][link]) == set(shipped["tables"]["collectives"][link])
     assert mine["provenance"] == "profiled" and isinstance(mine["profiled"], dict)
+
+
+def test_raw_measurements_round_trip(tmp_path: Path) -> None:
+    m = fake_measurements()
+    p = save_measurements(m, tmp_path / "raw" / "m.json")
+    assert load_measurements(p) == m
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(ProfilerError, match="expected a JSON object"):
+        load_measurements(tmp_path / "bad.json")
+    (tmp_path / "other.json").write_text('{"format": "x"}')
+    with pytest.raises(ProfilerError, match="not a profiler measurement"):
+        load_measurements(tmp_path / "other.json")
+    with pytest.raises(ProfilerError, match="file not found"):
+        load_measurements(tmp_path / "nope.json")
 
 
 # --------------------------------------------------------------------------------------------- compare
@@ -366,6 +388,10 @@ def test_compare_reports_out_of_range_for_error_tables() -> None:
         ("Ascend910B2", "Ascend 910B2"),
         ("NVIDIA GeForce RTX 4090", None),
         ("NVIDIA A400", None),
+        ("NVIDIA RTX A1000", None),
+        ("NVIDIA A100 80GB PCIe", "A100"),
+        ("NVIDIA GH200 480GB", None),
+        ("AMD Instinct MI300X VF", "MI300X"),
     ],
 )
 def test_known_peak_matches_runtime_names(name: str, label: str | None) -> None:

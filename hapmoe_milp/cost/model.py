@@ -179,8 +179,10 @@ class CostModel:
         ep_total = 2 * ep_f * ep_exposed
 
         # ---- recompute: extra forward work during backward
-        rec = 0.0
+        rec = rec_tp = rec_cp = rec_ep = 0.0
         if recompute == "full":
+            # the re-run forward repeats its communication too; book it under tp/cp/ep, not compute
+            rec_tp, rec_cp, rec_ep = tp_f, cp_f, ep_f
             rec = f_comp + tp_f + cp_f + ep_f
         elif recompute == "selective":
             rec = elem + (memory_time(dev, 3 * routed_rows * m.expert_ffn / cfg.etp * BF16) if is_moe else 0.0)
@@ -197,10 +199,10 @@ class CostModel:
         return LayerCost(
             fwd=fwd,
             bwd=bwd,
-            compute=f_comp + b_comp + rec,
-            tp=2 * tp_f,
-            cp=cp_f + cp_b,
-            ep=ep_total,
+            compute=f_comp + b_comp + rec - rec_tp - rec_cp - rec_ep,
+            tp=2 * tp_f + rec_tp,
+            cp=cp_f + cp_b + rec_cp,
+            ep=ep_total + rec_ep,
             act=act,
             weights=weights,
             params_dense=dense_local,
@@ -267,7 +269,10 @@ class CostModel:
             )
         out = 0.0
         if cfg.ep > 1:
-            size = ts * cfg.etp * k * h * BF16 * st.imbalance
+            # Megatron's alltoall dispatcher exchanges each rank's own k*ts permuted tokens over the EP group
+            # and only afterwards all-gathers them over the expert-TP group (token_dispatcher.py), so the
+            # all-to-all payload does not grow with ETP.
+            size = ts * k * h * BF16 * st.imbalance
             a2a = self._coll(dev, did, "all_to_all", size, cfg.ep, n_ep)
             out += 2 * a2a
         if cfg.etp > 1:
@@ -281,9 +286,37 @@ class CostModel:
     ) -> tuple[float, float]:
         """Stored bytes per micro-batch, and the transient working set of the layer.
 
-        Component accounting that reduces to Megatron's ``s*b*h*(18 + 4F/h)/TP`` for a dense MHA
-        non-gated layer with SP and flash attention; unlike Megatron's formula it counts GQA/MLA shapes,
-        gated MLPs, and the routed tokens of MoE layers (top-k copies, at the expert width).
+        Component accounting per token of the rank's sequence-parallel shard ``ts = b*S/(CP*TP)``, after
+        Korthikanti et al. (arXiv 2205.05198, Table 2) with flash attention (no ``s^2`` softmax/dropout
+        terms), bf16 (2 bytes) tensors and 1-byte dropout masks:
+
+        - attention: ``5h`` (norm input 2h, QKV-GEMM input 2h, dropout mask h) + ``2(q + 2kv)`` (Q, K, V)
+          + ``2q`` (output-projection input);
+        - dense MLP: ``5h`` (norm input 2h, fc1 input 2h, dropout mask h) + ``2*glu_out*F`` (fc1 output,
+          the activation's input) + ``2F`` (fc2 input).
+
+        For a dense MHA (``q = kv = h``) non-gated (``glu_out = 1``) layer this is ``ts*(18h + 4F)``, i.e.
+        exactly Megatron's SP formula ``s*b*h*(18 + 4F/h)/TP`` per layer (reference/megatron.md §3.2, which
+        Megatron applies with selective recompute of the attention core -- what flash attention does
+        anyway, so it corresponds to our ``none``). Where we differ from Megatron's formula, and why:
+
+        - GQA/MLA: Q, K and V are stored at their real widths (``heads*head_dim`` for Q, ``groups*head_dim``
+          for K and V; MLA latents, rope keys and per-head up-projections); Megatron's formula assumes MHA
+          with ``q = kv = h``, so it overstates GQA's K/V and misses wide Q (Qwen3: 32x128 > h = 2048) and MLA.
+        - gated MLPs (SwiGLU): fc1's output is ``2F`` wide; Megatron's formula ignores ``--swiglu``.
+        - MoE layers: the routed tokens (``k*ts*ETP`` rows per rank after dispatch and the ETP all-gather,
+          times the load-imbalance factor) at the expert width, the fp32 router probabilities and shared
+          experts. Megatron's formula uses the dense ``ffn_hidden_size`` for every layer and ignores top-k,
+          ``moe_ffn_hidden_size`` and the dispatcher, so it badly understates fine-grained MoE.
+        - dispatch/combine buffers are a transient working set (``work``), not stored per micro-batch.
+        - CP divides the tokens (Megatron's formula ignores CP).
+        - recompute: ``selective`` is Megatron's ``--recompute-modules layernorm`` (+ ``moe_act`` on MoE
+          layers, as the exporter emits): it drops the two norm outputs (``4h``) and the routed experts'
+          activation output; ``full`` keeps only the layer input (``2h``). Megatron's formula has no full
+          recompute.
+        - embedding and output-layer terms live on the edge costs (``first_edge``/``last_edge``), and the
+          in-flight multiplier in :func:`hapmoe_milp.cost.pipeline.in_flight` (``min(M, P - s)``; for
+          interleaved 1F1B it equals Megatron's ``1 + (P-1)/(P*v)`` factor on the first stage).
         """
         m, h = self.model, self.model.hidden_size
         tp = cfg.tp
@@ -309,7 +342,7 @@ class CostModel:
         else:
             f = m.ffn
             mlp = ts * (5 * h + 2 * glu_out * f + 2 * f)
-            sel_saved = ts * 2 * h + ts * 2 * f
+            sel_saved = ts * 2 * h  # `layernorm` only: dense MLPs have no activation-only recompute module
             dispatch_buf = 0.0
         if kind == "mtp":
             mlp += ts * 2 * 2 * h

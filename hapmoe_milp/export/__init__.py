@@ -1,5 +1,8 @@
 """Deployable output: a validated plan written as Megatron-LM or FlagScale launch files.
 
+The validators live in ``hapmoe_milp.export.validate`` (``validate``, ``check``); the function is not
+re-exported here so that the name keeps meaning the module.
+
 ``export_plan`` validates first (``validate.check``) and writes nothing for an invalid plan, so a
 directory of exported files always describes a plan both our rules and the target framework accept.
 """
@@ -23,7 +26,7 @@ from hapmoe_milp.export.megatron import (
     parse_megatron_args,
     plan_from_megatron_args,
 )
-from hapmoe_milp.export.validate import Violation, check, validate
+from hapmoe_milp.export.validate import Violation, check
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
@@ -46,7 +49,6 @@ __all__ = [
     "nearest_expressible_recompute",
     "parse_megatron_args",
     "plan_from_megatron_args",
-    "validate",
 ]
 
 

@@ -145,9 +145,10 @@ def flagscale_config(
         "hetero_pipeline_layer_split": [sl.decoder for sl in layers],
         "hetero_device_types": [m.device for m in meshes],
         "hetero_current_device_type": first.device,
-        "expert_tensor_parallel_size_per_process_mesh": [m.cfg.etp for m in meshes],
         "standalone_embedding_stage": False,
     }
+    if model.is_moe:
+        hetero["expert_tensor_parallel_size_per_process_mesh"] = [m.cfg.etp for m in meshes]
     if uses_shared_embedding(model) and first.cfg.dp != last.cfg.dp and st.distributed_optimizer:
         hetero["use_partial_reduce_for_shared_embedding"] = True
     system: dict[str, Any] = {

@@ -551,9 +551,7 @@ def readme(plan: Plan, model: ModelSpec, cluster: ClusterSpec, args: Sequence[st
         "Stages (rank order; pipeline stage i = global ranks i*g .. i*g+g-1):",
     ]
     for i, s in enumerate(plan.stages):
-        lines.append(
-            f"  stage {i}: {s.device:>8}  layers [{s.layer_start}, {s.layer_end})  recompute {s.recompute}"
-        )
+        lines.append(f"  stage {i}: {s.device:>8}  layers [{s.layer_start}, {s.layer_end})  recompute {s.recompute}")
     if split.layout:
         lines += ["", f"Layer layout: {split.layout}"]
     if plan.vpp > 1:
@@ -580,7 +578,7 @@ def readme(plan: Plan, model: ModelSpec, cluster: ClusterSpec, args: Sequence[st
         lines += [
             "",
             f"Device vendors in this plan: {', '.join(vendors)}. Upstream Megatron-LM runs on NVIDIA GPUs; other",
-            "vendors need their Megatron port (e.g. MindSpeed on Ascend) and a collective backend that spans",
+            "vendors need their Megatron port (MindSpeed on Ascend, ROCm's Megatron-LM fork on AMD) and a collective backend that spans",
             "vendors for the pipeline hops between device types. The flags above are upstream Megatron's.",
         ]
     if any(not u.whole_node_prefix for u in units):

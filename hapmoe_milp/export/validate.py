@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from hapmoe_milp.config import Settings
@@ -29,7 +29,6 @@ from hapmoe_milp.errors import ExportError, PlanError
 from hapmoe_milp.export.common import (
     TARGETS,
     Target,
-    plan_chunks,
     recompute_expressible,
     stage_layers,
     uses_shared_embedding,
@@ -73,7 +72,6 @@ class Context:
     settings: Settings
     args: dict[str, Any] | None = None  # parsed Megatron arguments
     fs: dict[str, Any] | None = None  # FlagScale config
-    generation_error: str | None = field(default=None, compare=False)
 
     @property
     def world(self) -> int:
@@ -103,8 +101,9 @@ def rule(*targets: Target, kind: Kind = "export", tier: Tier = "plan") -> Callab
     return deco
 
 
-def _v(ctx_rule: str, fld: str, msg: str, kind: Kind = "export") -> Violation:
-    return Violation(rule=ctx_rule, field=fld, message=msg, kind=kind)
+def _v(rule_name: str, fld: str, msg: str, kind: Kind = "export") -> Violation:
+    """A violation; ``_run`` stamps the registered rule's name and kind on it, so they cannot drift."""
+    return Violation(rule=rule_name, field=fld, message=msg, kind=kind)
 
 
 # ====================================================================== structural (any target)
@@ -116,7 +115,9 @@ def rule_positive_sizes(ctx: Context) -> Iterator[Violation]:
     for i, s in enumerate(p.stages):
         for name in ("tp", "cp", "dp", "ep", "etp"):
             if getattr(s.cfg, name) < 1:
-                yield _v("rule_positive_sizes", f"stages[{i}].{name}", f"must be >= 1, got {getattr(s.cfg, name)}", "plan")
+                yield _v(
+                    "rule_positive_sizes", f"stages[{i}].{name}", f"must be >= 1, got {getattr(s.cfg, name)}", "plan"
+                )
     for name in ("global_batch_size", "seq_length", "micro_batch_size", "vpp"):
         if getattr(p, name) < 1:
             yield _v("rule_positive_sizes", name, f"must be >= 1, got {getattr(p, name)}", "plan")
@@ -174,7 +175,10 @@ def rule_inventory_per_type(ctx: Context) -> Iterator[Violation]:
         have = ctx.cluster.inventory.get(did, 0)
         if have and n > have:
             yield _v(
-                "rule_inventory_per_type", "stages", f"use {n} {did} devices, cluster {ctx.cluster.name} has {have}", "plan"
+                "rule_inventory_per_type",
+                "stages",
+                f"use {n} {did} devices, cluster {ctx.cluster.name} has {have}",
+                "plan",
             )
 
 
@@ -510,10 +514,16 @@ def rule_recompute_flags(ctx: Context) -> Iterator[Violation]:
             yield _v("rule_recompute_flags", f, "--recompute-method/--recompute-num-layers without a granularity")
     elif gran == "full":
         if method not in ("block", "uniform") or not isinstance(k, int) or k < 1:
-            yield _v("rule_recompute_flags", f, "full recompute needs --recompute-method block|uniform and --recompute-num-layers >= 1")
+            yield _v(
+                "rule_recompute_flags",
+                f,
+                "full recompute needs --recompute-method block|uniform and --recompute-num-layers >= 1",
+            )
     elif gran == "selective":
         if method is not None or k is not None:
-            yield _v("rule_recompute_flags", f, "selective recompute must not set --recompute-method/--recompute-num-layers")
+            yield _v(
+                "rule_recompute_flags", f, "selective recompute must not set --recompute-method/--recompute-num-layers"
+            )
         mods = a.get("recompute_modules", ["core_attn"])
         mods = mods if isinstance(mods, list) else [mods]
         if "moe_act" in mods and not a.get("moe_grouped_gemm"):
@@ -633,8 +643,7 @@ def rule_uneven_pp_split(ctx: Context) -> Iterator[Violation]:
             f"first {first} / last {last} with {m.num_layers} layers over PP {p.pp} (VPP {vpp}) is rejected by "
             "TransformerConfig (values > 0, middle layers divisible by middle stages and by VPP)",
         )
-    elif ch != plan_chunks(p, m):
-        got = [sum(c.total for c in row) for row in ch]
+    elif (got := [sum(c.total for c in row) for row in ch]) != p.layer_counts():
         yield _v(
             "rule_uneven_pp_split",
             "--decoder-first-pipeline-num-layers",
@@ -657,9 +666,12 @@ def rule_even_split(ctx: Context) -> Iterator[Violation]:
             "--num-layers",
             f"{m.num_layers} layers are not divisible by PP {p.pp} x VPP {vpp}; give a layout or first/last flags",
         )
-    elif ch != plan_chunks(p, m):
-        got = [sum(c.total for c in row) for row in ch]
-        yield _v("rule_even_split", "--num-layers", f"the even split gives {got} layers per rank, the plan has {p.layer_counts()}")
+    elif (got := [sum(c.total for c in row) for row in ch]) != p.layer_counts():
+        yield _v(
+            "rule_even_split",
+            "--num-layers",
+            f"the even split gives {got} layers per rank, the plan has {p.layer_counts()}",
+        )
     if vpp != p.vpp:
         yield _v("rule_even_split", "--num-virtual-stages-per-pipeline-rank", f"is {vpp}, the plan has vpp {p.vpp}")
 
@@ -723,13 +735,7 @@ def rule_fs_tied_embedding_tp(ctx: Context) -> Iterator[Violation]:
 @rule("flagscale")
 def rule_fs_shared_embedding_dp(ctx: Context) -> Iterator[Violation]:
     d0, dl = ctx.plan.stages[0].cfg.dp, ctx.plan.stages[-1].cfg.dp
-    if (
-        uses_shared_embedding(ctx.model)
-        and ctx.settings.distributed_optimizer
-        and d0 != dl
-        and d0 % dl
-        and dl % d0
-    ):
+    if uses_shared_embedding(ctx.model) and ctx.settings.distributed_optimizer and d0 != dl and d0 % dl and dl % d0:
         yield _v(
             "rule_fs_shared_embedding_dp",
             "stages[-1].dp",
@@ -796,7 +802,11 @@ def rule_fs_mesh_ranks(ctx: Context) -> Iterator[Violation]:
     meshes = [flat[i : i + 5] for i in range(0, len(flat), 5)]
     total = sum(tp * cp * dp * pp for tp, cp, _ep, dp, pp in meshes)
     if total != ctx.world:
-        yield _v("rule_fs_mesh_ranks", f, f"meshes hold {total} ranks, the plan uses {ctx.world} devices (world size mismatch)")
+        yield _v(
+            "rule_fs_mesh_ranks",
+            f,
+            f"meshes hold {total} ranks, the plan uses {ctx.world} devices (world size mismatch)",
+        )
     etps = list(h.get("expert_tensor_parallel_size_per_process_mesh") or [1] * len(meshes))
     if len(etps) != len(meshes):
         yield _v(
@@ -807,7 +817,11 @@ def rule_fs_mesh_ranks(ctx: Context) -> Iterator[Violation]:
         return
     types = list(h.get("hetero_device_types") or [])
     if len(types) != len(meshes):
-        yield _v("rule_fs_mesh_ranks", "system.hetero.hetero_device_types", f"has {len(types)} entries for {len(meshes)} meshes")
+        yield _v(
+            "rule_fs_mesh_ranks",
+            "system.hetero.hetero_device_types",
+            f"has {len(types)} entries for {len(meshes)} meshes",
+        )
     for i, ((tp, cp, ep, dp, pp), etp) in enumerate(zip(meshes, etps)):
         if (tp * cp * dp * pp) % (etp * ep * pp):
             yield _v(

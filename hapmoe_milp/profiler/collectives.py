@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -379,6 +380,52 @@ def run_collectives(
         "tables": tables,
         "notes": notes,
     }
+
+
+def launch_local_collectives(
+    nproc_per_node: int,
+    out: str | Path,
+    *,
+    quick: bool = False,
+    link: str | None = None,
+    backend: str = "auto",
+    max_bytes: int | None = None,
+    emulate: Sequence[str] = (),
+    timeout_s: float | None = None,
+) -> dict[str, Any]:
+    """Run this module on ``nproc_per_node`` local ranks through the PyTorch launcher; return the JSON document.
+
+    For one host only (``--standalone`` picks a free port): the CLI's ``profile`` can measure the intra-node
+    tables in the same command. Multi-node runs need the launcher on every node, which the user starts.
+    """
+    if nproc_per_node < 2:
+        raise ProfilerError(f"collectives need at least 2 local ranks, got {nproc_per_node}", field="--nproc-per-node")
+    if link is not None and link not in LINKS:
+        raise ProfilerError(f"unknown link class {link!r}; choose intra, inter or cross", field="--link")
+    outp = Path(out)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc_per_node}"]
+    cmd += ["-m", "hapmoe_milp.profiler.collectives", "--out", str(outp), "--backend", backend]
+    if quick:
+        cmd.append("--quick")
+    if link:
+        cmd += ["--link", link]
+    if max_bytes is not None:
+        cmd += ["--max-bytes", str(int(max_bytes))]
+    for prim in emulate:
+        cmd += ["--emulate", prim]
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    log.info("running %s", " ".join(cmd))
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        raise ProfilerError(f"collectives run exceeded {timeout_s} s: {' '.join(cmd)}") from None
+    except OSError as exc:
+        raise ProfilerError(f"cannot start the PyTorch launcher: {exc}") from None
+    if r.returncode != 0:
+        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-15:])
+        raise ProfilerError(f"collectives run failed (exit {r.returncode}):\n{tail}")
+    return load_collectives(outp)
 
 
 def load_collectives(path: str | Path) -> dict[str, Any]:

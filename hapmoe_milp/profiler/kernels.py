@@ -37,6 +37,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -90,20 +91,20 @@ AMD_MI325X = "https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x
 ASCEND_A2 = "https://e.huawei.com/en/products/computing/ascend/atlas-800t-a2"
 # Order matters: the first match wins, so PCIe/NVL variants come before the SXM parts they contain.
 KNOWN_PEAKS: tuple[KnownPeak, ...] = (
-    KnownPeak(r"H100.*PCIe", "H100 PCIe", 756.5, 756.5, 1513.0, NV_DATASHEET),
-    KnownPeak(r"H100.*NVL", "H100 NVL", 835.5, 835.5, 1670.5, NV_DATASHEET),
-    KnownPeak(r"H100", "H100 SXM5", 989.4, 989.4, 1978.9, NV_DATASHEET, "h100"),
-    KnownPeak(r"H800(?!.*PCIe)", "H800 SXM5", 989.4, 989.4, 1978.9, NV_DATASHEET, "h800"),
-    KnownPeak(r"H200(?!.*NVL)", "H200 SXM", 989.4, 989.4, 1978.9, NV_H200, "h200"),
-    KnownPeak(r"H20(?!\d)", "H20", 148.0, 148.0, 296.0, H20_SRC, "h20"),
-    KnownPeak(r"B200", "B200", 2250.0, 2250.0, 4500.0, NV_B200, "b200"),
-    KnownPeak(r"A100", "A100", 312.0, 312.0, None, NV_A100, "a100"),
-    KnownPeak(r"A800", "A800", 312.0, 312.0, None, NV_A100, "a800"),
-    KnownPeak(r"L40S", "L40S", 362.05, 362.05, 733.0, NV_L40S, "l40s"),
+    KnownPeak(r"\bH100\b.*PCIe", "H100 PCIe", 756.5, 756.5, 1513.0, NV_DATASHEET),
+    KnownPeak(r"\bH100\b.*NVL", "H100 NVL", 835.5, 835.5, 1670.5, NV_DATASHEET),
+    KnownPeak(r"\bH100\b", "H100 SXM5", 989.4, 989.4, 1978.9, NV_DATASHEET, "h100"),
+    KnownPeak(r"\bH800\b(?!.*PCIe)", "H800 SXM5", 989.4, 989.4, 1978.9, NV_DATASHEET, "h800"),
+    KnownPeak(r"\bH200\b(?!.*NVL)", "H200 SXM", 989.4, 989.4, 1978.9, NV_H200, "h200"),
+    KnownPeak(r"\bH20\b", "H20", 148.0, 148.0, 296.0, H20_SRC, "h20"),
+    KnownPeak(r"\bB200\b", "B200", 2250.0, 2250.0, 4500.0, NV_B200, "b200"),
+    KnownPeak(r"\bA100\b", "A100", 312.0, 312.0, None, NV_A100, "a100"),
+    KnownPeak(r"\bA800\b", "A800", 312.0, 312.0, None, NV_A100, "a800"),
+    KnownPeak(r"\bL40S\b", "L40S", 362.05, 362.05, 733.0, NV_L40S, "l40s"),
     KnownPeak(r"\bA40\b", "A40", 149.7, 149.7, None, NV_A40, "a40"),
     KnownPeak(r"V100-SXM2", "V100 SXM2", None, 125.0, None, NV_VOLTA, "v100"),
-    KnownPeak(r"MI300X", "MI300X", 1307.4, 1307.4, 2614.9, AMD_MI300X, "mi300x"),
-    KnownPeak(r"MI325X", "MI325X", 1307.4, 1307.4, 2614.9, AMD_MI325X, "mi325x"),
+    KnownPeak(r"\bMI300X\b", "MI300X", 1307.4, 1307.4, 2614.9, AMD_MI300X, "mi300x"),
+    KnownPeak(r"\bMI325X\b", "MI325X", 1307.4, 1307.4, 2614.9, AMD_MI325X, "mi325x"),
     KnownPeak(r"910B2", "Ascend 910B2", 353.9, 353.9, None, ASCEND_A2, "910b"),
 )  # fmt: skip
 
@@ -169,9 +170,8 @@ def detect_backend(backend: str = "auto") -> Backend:
         idx = torch.cuda.current_device()
         if is_hip:
             versions["rocm_hip"] = str(torch.version.hip)
-            drv = _run_quiet(["cat", "/sys/module/amdgpu/version"])
-            if drv:
-                versions["amdgpu_driver"] = drv
+            with contextlib.suppress(OSError):
+                versions["amdgpu_driver"] = Path("/sys/module/amdgpu/version").read_text(encoding="utf-8").strip()
         else:
             versions["cuda"] = str(torch.version.cuda)
             drv = _run_quiet(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
@@ -336,6 +336,15 @@ def _is_oom(exc: BaseException) -> bool:
     return "out of memory" in str(exc).lower() or type(exc).__name__ == "OutOfMemoryError"
 
 
+def _release_cached_memory(be: Backend | None) -> None:
+    """Return the allocator's cached blocks after an OOM, so the next sweep starts from a clean pool."""
+    if be is None or be.kind == "cpu":
+        return
+    api = be.torch.npu if be.kind == "npu" else be.torch.cuda
+    with contextlib.suppress(Exception):
+        api.empty_cache()
+
+
 def _timing_dict(t: Timing) -> dict[str, Any]:
     return {"median_s": t.median, "p10_s": t.p10, "p90_s": t.p90, "repeats": len(t.samples), "number": t.number}
 
@@ -349,10 +358,11 @@ def _time(be: Backend, fn: Callable[[], object], cfg: SweepConfig) -> Timing:
 class _Sweep:
     """Runs points in increasing cost; stops at the time budget, a too-slow call, or out-of-memory."""
 
-    def __init__(self, name: str, cfg: SweepConfig, notes: list[str]) -> None:
+    def __init__(self, name: str, cfg: SweepConfig, notes: list[str], be: Backend | None = None) -> None:
         self.name = name
         self.cfg = cfg
         self.notes = notes
+        self.be = be
         self.t0 = time.perf_counter()
         self.stopped = ""
 
@@ -376,6 +386,7 @@ class _Sweep:
                 if not _is_oom(exc):
                     raise
                 self.notes.append(f"{self.name}: out of memory at {p}; larger points skipped")
+                _release_cached_memory(self.be)
                 break
             if r is None:
                 continue
@@ -403,7 +414,7 @@ def measure_gemm(be: Backend, cfg: SweepConfig, dtype: Any, notes: list[str]) ->
         flops = 2.0 * m * n * k
         return {"m": m, "n": n, "k": k, "flops": flops, **_timing_dict(t), "tflops": flops / t.median / 1e12}
 
-    return _Sweep("gemm", cfg, notes).run(pts, one)
+    return _Sweep("gemm", cfg, notes, be).run(pts, one)
 
 
 def measure_attention(be: Backend, cfg: SweepConfig, dtype: Any, notes: list[str]) -> list[dict[str, Any]]:
@@ -433,7 +444,7 @@ def measure_attention(be: Backend, cfg: SweepConfig, dtype: Any, notes: list[str
             "bwd_tflops": bwd_flops / tb.median / 1e12,
         }
 
-    return _Sweep("attention", cfg, notes).run(
+    return _Sweep("attention", cfg, notes, be).run(
         cfg.attn_seqs, one, cost=lambda r: max(r["fwd"]["median_s"], r["bwd"]["median_s"])
     )
 
@@ -464,7 +475,7 @@ def measure_grouped_gemm(be: Backend, cfg: SweepConfig, dtype: Any, notes: list[
             "tflops": flops / t.median / 1e12,
         }
 
-    return _Sweep("grouped_gemm", cfg, notes).run(cfg.grouped_tokens, one)
+    return _Sweep("grouped_gemm", cfg, notes, be).run(cfg.grouped_tokens, one)
 
 
 def _copy_bandwidth(be: Backend, cfg: SweepConfig, dtype: Any) -> tuple[float, dict[str, Any], int]:
@@ -574,6 +585,19 @@ def _tool_version() -> str:
         return "hapmoe-milp (not installed)"
 
 
+NOISY_SPREAD = 0.5  # (p90 - p10) / median above which a point is called noisy
+
+
+def _note_noise(notes: list[str], name: str, timings: list[dict[str, Any]]) -> None:
+    """Say so when repeats disagree: a busy host or clock changes make a table untrustworthy."""
+    noisy = [t for t in timings if t["median_s"] > 0 and (t["p90_s"] - t["p10_s"]) / t["median_s"] > NOISY_SPREAD]
+    if noisy:
+        notes.append(
+            f"{name}: {len(noisy)} of {len(timings)} points are noisy ((p90 - p10) / median > {NOISY_SPREAD:g}); "
+            "was the host busy? re-run in full mode on an idle machine"
+        )
+
+
 def _pick_dtype(be: Backend, dtype: str) -> tuple[Any, str]:
     torch = be.torch
     if dtype == "auto":
@@ -680,6 +704,10 @@ def profile_device(
     for p in grouped:
         p["efficiency"] = p["tflops"] / peak
 
+    _note_noise(notes, "gemm", gemm)
+    _note_noise(notes, "attention forward", [p["fwd"] for p in attn])
+    _note_noise(notes, "attention backward", [p["bwd"] for p in attn])
+    _note_noise(notes, "grouped_gemm", grouped)
     wall = time.perf_counter() - t_start
     profiled = {
         "host": socket.gethostname(),

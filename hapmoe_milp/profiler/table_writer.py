@@ -16,6 +16,7 @@ Where every field comes from is recorded in ``assumptions``:
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import statistics
@@ -118,6 +119,34 @@ def _table(xs: Sequence[float], ys: Sequence[float], x_unit: str, y_unit: str, n
 
 def _table_from_spec(t: Table, note: str) -> dict[str, Any]:
     return _table(t.x, t.y, t.x_unit or "bytes", t.y_unit or "GBps_busbw", note, t.extrapolate)
+
+
+# --------------------------------------------------------------------------------------------- raw measurements
+def save_measurements(measurements: Mapping[str, Any], path: str | Path) -> Path:
+    """Keep the raw profile (JSON) so tables can be re-written -- other base, peak, overrides -- without re-running."""
+    _check_measurements(measurements)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(dict(measurements), indent=1) + "\n", encoding="utf-8")
+    return p
+
+
+def load_measurements(path: str | Path) -> dict[str, Any]:
+    """Read raw measurements written by :func:`save_measurements`."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProfilerError("file not found", source=str(p)) from None
+    except (OSError, ValueError) as exc:
+        raise ProfilerError(f"not a readable JSON file: {exc}", source=str(p)) from None
+    if not isinstance(doc, dict):
+        raise ProfilerError("expected a JSON object", source=str(p))
+    try:
+        _check_measurements(doc)
+    except ProfilerError as exc:
+        raise ProfilerError(exc.detail, source=str(p)) from None
+    return doc
 
 
 # --------------------------------------------------------------------------------------------- builders

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from hapmoe_milp.config import Family, Settings
 from hapmoe_milp.errors import InfeasibleError
-from hapmoe_milp.instance import Instance, Option, StageEval, build_instances, group_keys, in_group
+from hapmoe_milp.instance import Instance, Option, StageEval, aligned, build_instances, groups
 from hapmoe_milp.plan import Plan, Stage
 from hapmoe_milp.search.solution import Solution
 from hapmoe_milp.space import PruneCounter, Pruning
@@ -131,30 +131,47 @@ def _solve_group(
         w_pre.append(w_pre[-1] + w_kind[k])
     g_max = max((o.devices for o in options), default=1)
     total_inv = sum(inv.values())
+    # Memory lower bound: layers [0, s) need at least m_pre[s] bytes summed over devices (weights and
+    # optimizer state of the most sharded option); the devices left must be able to hold them.
+    m_kind = {k: min((o.per_kind[k].weights * o.devices for o in options), default=0.0) for k in set(kinds)}
+    m_pre = [0.0]
+    for k in kinds:
+        m_pre.append(m_pre[-1] + m_kind[k])
+    cap_of = {t: max((o.capacity for o in options if o.device == t), default=0.0) for t in types}
 
     node_of = {t: inst.cluster.node_size(t) for t in types}
     n_bound = 0
     root = Label(0.0, 0.0, 0.0, None, n_layers, n_layers, None)
-    level: dict[tuple, list[Label]] = {(n_layers, (0,) * len(types), None, 0): [root]}
-    M = inst.num_microbatches
+    # state: (first layer of the suffix, devices used per type, next stage's type, its size class,
+    #         device types seen so far from the end -- hetero plans keep each type contiguous)
+    contiguous = inst.family == "hetero"
+    level: dict[tuple, list[Label]] = {(n_layers, (0,) * len(types), None, 0, ()): [root]}
+    p2p_cache: dict[tuple, float] = {}
     for k in range(1, kmax + 1):
         if deadline is not None and time.perf_counter() > deadline:
             counter.add("bound", n_bound)
             return False
         # group live states by the first layer of their suffix: a stage ending there is priced once
         by_end: dict[int, list[tuple[tuple[int, ...], str | None, int, list[Label]]]] = {}
-        for (e, used, nd, ng), labels in level.items():
+        for (e, used, nd, ng, seen), labels in level.items():
             labels = [lb for lb in labels if alpha * lb.total + beta * lb.tmax + lb.smax < best.value]
             if labels:
-                by_end.setdefault(e, []).append((used, nd, ng, labels))
+                by_end.setdefault(e, []).append((used, nd, ng, seen, labels))
         nxt: dict[tuple, list[Label]] = {}
         for e, states in by_end.items():
-            lo_tmax = min(lb.tmax for _, _, _, labels in states for lb in labels)
+            lo_tmax = min(lb.tmax for *_, labels in states for lb in labels)
             for group in shape_list:
                 o0 = group[0]
                 ti = tidx[o0.device]
                 g = o0.devices
-                fits_inv = [st for st in states if st[0][ti] + g <= inv[o0.device]]
+                node = node_of[o0.device]
+                fits_inv = [
+                    st
+                    for st in states
+                    if st[0][ti] + g <= inv[o0.device]
+                    and aligned(inv[o0.device] - st[0][ti] - g, g, node)
+                    and not (contiguous and o0.device in st[3] and st[3][-1] != o0.device)
+                ]
                 if not fits_inv:
                     continue
                 n_lo, n_hi = o0.band
@@ -181,8 +198,14 @@ def _solve_group(
                                 counter.add("min_recompute", len(group) - i - 1)
                             break
                     for o, base in cands:
-                        for used, nd, ng, labels in fits_inv:
-                            p2p = inst.p2p(o, nd, ng) if nd is not None else 0.0
+                        for used, nd, ng, seen, labels in fits_inv:
+                            if nd is None:
+                                p2p = 0.0
+                            else:
+                                pk = (o.index, nd, ng)
+                                p2p = p2p_cache.get(pk, -1.0)
+                                if p2p < 0:
+                                    p2p = p2p_cache[pk] = inst.p2p(o, nd, ng)
                             tau = base.tau + 2 * p2p
                             if (
                                 pr.cross_type_comm
@@ -198,11 +221,16 @@ def _solve_group(
                             if not first:
                                 if rem_dev <= 0:
                                     continue
+                                rem_cap = sum((inv[t] - used2[i]) * cap_of[t] for i, t in enumerate(types))
+                                if m_pre[s] > rem_cap:
+                                    counter.add("memory_bound")
+                                    continue
                                 rest_sum = w_pre[s] / g_max
                                 rest_max = w_pre[s] / rem_dev
                             else:
                                 rest_sum = rest_max = 0.0
-                            key = (s, tuple(used2), o.device, g if pr.uniform_stage_size else g_link)
+                            seen2 = seen if (seen and seen[-1] == o.device) else (*seen, o.device)
+                            key = (s, tuple(used2), o.device, g if pr.uniform_stage_size else g_link, seen2)
                             sync = base.sync
                             collapsed = False  # labels are sorted by total: once one with tmax <= tau and
                             # smax <= sync is extended, later such labels only give dominated results
@@ -290,8 +318,7 @@ def solve_dp(
         n_inst += 1
         for rule, n in inst.counter.counts.items():
             counter.add(rule, n)
-        for key in group_keys(inst):
-            opts = [o for o in inst.options if in_group(o, key)]
+        for opts in groups(inst).values():
             if not _solve_group(inst, opts, best, counter, deadline):
                 complete = False
                 break

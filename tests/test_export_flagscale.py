@@ -1,0 +1,324 @@
+"""FlagScale export: meshes, layer split, hostfile, and what FlagScale's runner and validator make of them.
+
+FlagScale itself is not installable here (it patches a pinned Megatron-LM), so the tests re-enact the three
+pieces of it that consume our output, transcribed from FlagOpen/FlagScale da4935ec:
+``runner/utils.py::flatten_dict_to_args`` (YAML -> CLI), ``train/arguments.py::pre_validate_args`` /
+``post_validate_args`` (the asserts) and ``train/hetero/parallel_context.py::RankMapper`` (rank order).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hapmoe_milp.config import ParallelConfig
+from hapmoe_milp.errors import ExportError
+from hapmoe_milp.export import export_plan, flagscale_config, flagscale_hostfile, flagscale_yaml
+from hapmoe_milp.export.flagscale import process_meshes
+from hapmoe_milp.export.validate import validate
+from hapmoe_milp.plan import Plan, Stage, load_plan
+from hapmoe_milp.specs import Catalog
+from hapmoe_milp.specs.model import ModelSpec
+
+CAT = Catalog()
+MIXTRAL = CAT.model("mixtral-s")
+DSV3 = CAT.model("deepseek-v3")
+C16 = CAT.cluster("16-1")
+C32 = CAT.cluster("32-1")
+
+
+def make_plan(
+    counts: list[int],
+    devices: list[str],
+    cfgs: list[ParallelConfig],
+    *,
+    model: ModelSpec = MIXTRAL,
+    cluster: str = "16-1",
+    recompute: list[str] | None = None,
+    mbs: int = 2,
+    gbs: int = 256,
+    vpp: int = 1,
+) -> Plan:
+    recs = recompute or ["none"] * len(counts)
+    stages, pos = [], 0
+    for n, d, c, r in zip(counts, devices, cfgs, recs):
+        stages.append(Stage(d, c, pos, pos + n, r))  # type: ignore[arg-type]
+        pos += n
+    return Plan(model.name, cluster, "hetero", tuple(stages), gbs, 4096, mbs, vpp=vpp)
+
+
+H_TP4 = ParallelConfig(tp=4, dp=2, ep=2, etp=1)  # 8 H800
+B_TP2 = ParallelConfig(tp=2, dp=4, ep=2, etp=1)  # 8 910B
+H_TP4_DP1 = ParallelConfig(tp=4, dp=1, ep=2, etp=1)  # 4 devices
+B_TP2_DP2 = ParallelConfig(tp=2, dp=2, ep=2, etp=1)  # 4 devices
+
+HETERO = make_plan([14, 10], ["h800", "910b"], [H_TP4, B_TP2])
+FOUR = make_plan([8, 8, 4, 4], ["h800", "h800", "910b", "910b"], [H_TP4_DP1, H_TP4_DP1, B_TP2_DP2, B_TP2_DP2])
+
+
+# ---------------------------------------------------------------------- FlagScale, re-enacted
+def flatten_dict_to_args(config: dict[str, Any]) -> list[str]:
+    """flagscale/runner/utils.py::flatten_dict_to_args (keys '_' -> '-', lists spread, True -> bare flag)."""
+    args: list[str] = []
+    for key, value in config.items():
+        key = key.replace("_", "-")
+        if isinstance(value, dict):
+            args.extend(flatten_dict_to_args(value))
+        elif isinstance(value, list):
+            args.append(f"--{key}")
+            args.extend(f"{v}" for v in value)
+        elif isinstance(value, bool):
+            if value:
+                args.append(f"--{key}")
+        else:
+            args += [f"--{key}", f"{value}"]
+    return args
+
+
+def flagscale_asserts(cfg: dict[str, Any], model: ModelSpec) -> list[int]:
+    """pre_validate_args / post_validate_args asserts; returns the per-mesh micro-batch sizes."""
+    sysc, hetero, mc = cfg["system"], cfg["system"]["hetero"], cfg["model"]
+    flat = hetero["hetero_process_meshes"]
+    assert len(flat) % 5 == 0
+    tps, cps, eps, dps, pps = flat[0::5], flat[1::5], flat[2::5], flat[3::5], flat[4::5]
+    etps = hetero["expert_tensor_parallel_size_per_process_mesh"]
+    assert len(etps) == len(tps)
+    mbs = mc["micro_batch_size"]
+    assert all(dps[0] * mbs % d == 0 for d in dps)
+    assert all(c == cps[0] for c in cps)
+    assert all(e == 1 for e in eps) or all(e != 1 for e in eps)  # what FlagScale *should* check (#717)
+    assert sysc["pipeline_model_parallel_size"] == sum(pps)
+    assert hetero["standalone_embedding_stage"] is False
+    if not model.untie_embeddings_and_output_weights or model.mtp_num_layers:
+        assert tps[0] == tps[-1]
+        if dps[0] != dps[-1] and sysc["use_distributed_optimizer"]:
+            assert dps[0] % dps[-1] == 0 or dps[-1] % dps[0] == 0
+            assert hetero["use_partial_reduce_for_shared_embedding"] is True
+    split = hetero["hetero_pipeline_layer_split"]
+    assert sum(split) == mc["num_layers"] and len(split) == sysc["pipeline_model_parallel_size"]
+    assert len(hetero["hetero_device_types"]) == len(tps)
+    assert hetero["hetero_current_device_type"] in hetero["hetero_device_types"]
+    assert cps[0] == 1  # ParallelContext: "Context parallelism is not supported."
+    for tp, cp, ep, dp, pp, etp in zip(tps, cps, eps, dps, pps, etps):
+        assert (tp * cp * dp * pp) % (etp * ep * pp) == 0
+    return [dps[0] * mbs // d for d in dps]
+
+
+def rank_mapper(hostfile_text: str, device_types: list[str]) -> list[str]:
+    """Device type of each logical rank: physical ranks follow the hostfile, then RankMapper sorts them by
+    the first index of their type in hetero_device_types, then by rank."""
+    physical: list[str] = []
+    hosts: set[str] = set()
+    for line in hostfile_text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        host, slots, typ = line.split()
+        assert host not in hosts, "FlagScale rejects a host listed twice"
+        hosts.add(host)
+        physical += [typ.removeprefix("type=")] * int(slots.removeprefix("slots="))
+    order = sorted(range(len(physical)), key=lambda r: (device_types.index(physical[r]), r))
+    return [physical[r] for r in order]
+
+
+# ---------------------------------------------------------------------- meshes and keys
+def test_meshes_group_consecutive_identical_stages() -> None:
+    meshes = process_meshes(FOUR)
+    assert [(m.device, m.pp, m.first_stage) for m in meshes] == [("h800", 2, 0), ("910b", 2, 2)]
+    h = flagscale_config(FOUR, MIXTRAL, C16)["system"]["hetero"]
+    assert h["hetero_process_meshes"] == [4, 1, 2, 1, 2, 2, 1, 2, 2, 2]
+    assert h["hetero_pipeline_layer_split"] == [8, 8, 4, 4]
+    assert h["hetero_device_types"] == ["h800", "910b"]
+    assert h["expert_tensor_parallel_size_per_process_mesh"] == [1, 1]
+    assert h["enable_hetero"] is True and h["standalone_embedding_stage"] is False
+
+
+def test_anchor_example_shape() -> None:
+    """The illustrative 8xH800 + 8x910B config of reference/anchors.md §2.6 (56 layers, 2 PP stages per mesh,
+    global micro_batch_size 2 so the 910B mesh runs mbs 1) comes out key for key."""
+    model = ModelSpec(
+        name="anchor-56",
+        num_layers=56,
+        hidden_size=4096,
+        num_attention_heads=32,
+        vocab_size=32000,
+        num_query_groups=8,
+        num_experts=8,
+        moe_ffn_hidden_size=14336,
+    )
+    plan = make_plan([16, 16, 12, 12], ["h800", "h800", "910b", "910b"], [H_TP4_DP1] * 2 + [B_TP2_DP2] * 2, model=model)
+    assert validate(plan, model, C16, "flagscale") == []
+    cfg = flagscale_config(plan, model, C16)
+    h = cfg["system"]["hetero"]
+    assert h["hetero_process_meshes"] == [4, 1, 2, 1, 2, 2, 1, 2, 2, 2]
+    assert h["hetero_pipeline_layer_split"] == [16, 16, 12, 12]
+    assert h["hetero_device_types"] == ["h800", "910b"]
+    assert flagscale_asserts(cfg, model) == [2, 1]
+
+
+def test_system_keys_and_checkpoint_format() -> None:
+    cfg = flagscale_config(HETERO, MIXTRAL, C16)
+    s = cfg["system"]
+    assert s["tensor_model_parallel_size"] == 4 and s["pipeline_model_parallel_size"] == 2
+    assert s["expert_model_parallel_size"] == 2 and s["expert_tensor_parallel_size"] == 1
+    assert s["context_parallel_size"] == 1 and s["sequence_parallel"] is True
+    assert s["checkpoint"] == {"ckpt_format": "torch"}  # TP 4 vs 2
+    assert s["distributed_backend"] == "flagcx"  # NVIDIA + Huawei
+    assert cfg["model"]["micro_batch_size"] == 2 and cfg["model"]["global_batch_size"] == 256
+    assert cfg["model"]["num_experts"] == 8 and cfg["model"]["moe_grouped_gemm"] is True
+    assert "use_partial_reduce_for_shared_embedding" not in s["hetero"]  # untied, no MTP
+    assert flagscale_asserts(cfg, MIXTRAL) == [2, 1]
+
+
+def test_same_tp_meshes_keep_default_checkpoint() -> None:
+    plan = make_plan([12, 12], ["h800", "910b"], [ParallelConfig(tp=2, dp=4, ep=2), ParallelConfig(tp=2, dp=4, ep=2)])
+    assert "checkpoint" not in flagscale_config(plan, MIXTRAL, C16)["system"]
+
+
+def test_mtp_layers_stay_on_last_stage_and_partial_reduce() -> None:
+    """DeepSeek-V3 (MTP shares the embedding): equal first/last TP, DP 2 vs 4 -> partial reduce; the split
+    counts decoder layers only, the MTP layer rides on the last stage."""
+    cl = CAT.cluster("256-h800-910b")
+    a = ParallelConfig(tp=4, dp=16, ep=64, etp=1)  # 64 devices
+    b = ParallelConfig(tp=4, dp=32, ep=64, etp=1)  # 128 devices
+    plan = make_plan([31, 31], ["h800", "910b"], [a, b], model=DSV3, cluster=cl.name, mbs=2)
+    assert validate(plan, DSV3, cl, "flagscale") == []
+    cfg = flagscale_config(plan, DSV3, cl)
+    h = cfg["system"]["hetero"]
+    assert h["hetero_pipeline_layer_split"] == [31, 30]
+    assert h["use_partial_reduce_for_shared_embedding"] is True
+    assert cfg["model"]["mtp_num_layers"] == 1
+    assert flagscale_asserts(cfg, DSV3) == [2, 1]
+
+
+def test_mtp_off_last_stage_is_refused() -> None:
+    cl = CAT.cluster("256-h800-910b")
+    a = ParallelConfig(tp=4, dp=16, ep=64)
+    plan = make_plan([62, 0], ["h800", "910b"], [a, a], model=DSV3, cluster=cl.name)
+    with pytest.raises(ExportError, match="rule_fs_mtp_on_last_stage"):
+        flagscale_config(plan, DSV3, cl)
+
+
+def test_interleaved_device_types_are_refused() -> None:
+    plan = make_plan(
+        [6, 6, 6, 6],
+        ["h800", "910b", "h800", "910b"],
+        [H_TP4_DP1, B_TP2_DP2, ParallelConfig(tp=2, dp=2, ep=2), B_TP2_DP2],
+    )
+    with pytest.raises(ExportError, match="rule_fs_device_types_grouped"):
+        flagscale_config(plan, MIXTRAL, C16)
+    assert "rule_fs_device_types_grouped" in {v.rule for v in validate(plan, MIXTRAL, C16, "flagscale")}
+
+
+# ---------------------------------------------------------------------- recompute
+def test_per_stage_recompute_uses_refined_config() -> None:
+    plan = make_plan(
+        [8, 8, 4, 4],
+        ["h800", "h800", "910b", "910b"],
+        [H_TP4_DP1, H_TP4_DP1, B_TP2_DP2, B_TP2_DP2],
+        recompute=["full", "full", "none", "full"],
+    )
+    rec = flagscale_config(plan, MIXTRAL, C16)["system"]["recompute"]
+    assert rec["recompute_granularity"] == "full" and rec["recompute_method"] == "uniform"
+    m = plan.num_microbatches
+    assert rec["recompute_granularity_per_stage_micro_batch"] == [[2, m, 1], [1, m, 0], [1, m, 1]]
+    # FlagScale's post_validate_args: literal_eval each CLI value, expand to one flag list per stage
+    argv = flatten_dict_to_args(rec)
+    i = argv.index("--recompute-granularity-per-stage-micro-batch")
+    per_stage: list[list[int]] = []
+    for item in argv[i + 1 :]:
+        n_stages, n_mb, flag = ast.literal_eval(item)
+        per_stage += [[flag] * n_mb] * n_stages
+    assert [row[0] for row in per_stage] == [1, 1, 0, 1] and all(len(r) == m for r in per_stage)
+
+
+def test_uniform_recompute_levels() -> None:
+    sel = make_plan([14, 10], ["h800", "910b"], [H_TP4, B_TP2], recompute=["selective", "selective"])
+    rec = flagscale_config(sel, MIXTRAL, C16)["system"]["recompute"]
+    assert rec == {"recompute_granularity": "selective", "recompute_modules": ["layernorm", "moe_act"]}
+    full = make_plan([14, 10], ["h800", "910b"], [H_TP4, B_TP2], recompute=["full", "full"])
+    rec = flagscale_config(full, MIXTRAL, C16)["system"]["recompute"]
+    assert "recompute_granularity_per_stage_micro_batch" not in rec
+    assert "recompute" not in flagscale_config(HETERO, MIXTRAL, C16)["system"]
+
+
+def test_selective_mixed_is_refused() -> None:
+    plan = make_plan([14, 10], ["h800", "910b"], [H_TP4, B_TP2], recompute=["selective", "none"])
+    with pytest.raises(ExportError, match="rule_fs_recompute_expressible"):
+        flagscale_config(plan, MIXTRAL, C16)
+
+
+# ---------------------------------------------------------------------- hostfile and rank order
+@pytest.mark.parametrize("plan", [HETERO, FOUR], ids=["two-meshes", "four-stages"])
+def test_hostfile_rank_mapper_puts_meshes_on_their_type(plan: Plan) -> None:
+    cfg = flagscale_config(plan, MIXTRAL, C16)
+    text = flagscale_hostfile(plan, C16)
+    lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
+    assert all(ln.split()[2].startswith("type=") for ln in lines)
+    logical = rank_mapper(text, cfg["system"]["hetero"]["hetero_device_types"])
+    pos = 0
+    for m in process_meshes(plan):
+        assert set(logical[pos : pos + m.devices]) == {m.device}
+        pos += m.devices
+    assert pos == len(logical) == plan.devices_used
+
+
+def test_hostfile_partial_nodes_and_type_order() -> None:
+    """910B first in the plan: its hosts come first; a half-used node lists only its used slots."""
+    plan = make_plan([14, 10], ["910b", "h800"], [B_TP2_DP2, H_TP4], model=MIXTRAL, cluster="32-1")
+    text = flagscale_hostfile(plan, C32)
+    lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
+    assert lines == ["910b-node0 slots=4 type=910b", "h800-node0 slots=8 type=h800"]
+
+
+# ---------------------------------------------------------------------- CLI view and files
+def test_runner_flattening_gives_flagscale_flags() -> None:
+    argv = flatten_dict_to_args(flagscale_config(FOUR, MIXTRAL, C16))
+    s = " ".join(argv)
+    assert "--enable-hetero" in argv
+    assert "--hetero-process-meshes 4 1 2 1 2 2 1 2 2 2" in s
+    assert "--hetero-pipeline-layer-split 8 8 4 4" in s
+    assert "--hetero-device-types h800 910b" in s
+    assert "--expert-tensor-parallel-size-per-process-mesh 1 1" in s
+    assert "--standalone-embedding-stage" not in argv  # False -> omitted
+    assert "--micro-batch-size 2" in s and "--bf16" in argv
+
+
+def test_export_plan_flagscale_files(tmp_path: Path) -> None:
+    paths = export_plan(HETERO, MIXTRAL, C16, "flagscale", tmp_path)
+    assert sorted(p.name for p in paths) == ["README.txt", "flagscale.yaml", "hostfile", "plan.json"]
+    cfg = yaml.safe_load((tmp_path / "flagscale.yaml").read_text())
+    assert cfg == flagscale_config(HETERO, MIXTRAL, C16)
+    assert load_plan(tmp_path / "plan.json") == HETERO
+    assert "type=h800" in (tmp_path / "hostfile").read_text()
+    assert "mesh 1" in (tmp_path / "README.txt").read_text()
+    assert flagscale_yaml(HETERO, MIXTRAL, C16).startswith("# Generated by hapmoe-milp")
+
+
+def test_export_plan_flagscale_refuses_cp(tmp_path: Path) -> None:
+    cp2 = ParallelConfig(tp=2, cp=2, dp=2, ep=2)
+    plan = make_plan([12, 12], ["h800", "910b"], [cp2, cp2])
+    with pytest.raises(ExportError, match="rule_fs_cp_is_one"):
+        export_plan(plan, MIXTRAL, C16, "flagscale", tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+def test_megatron_family_plan_exports_to_flagscale() -> None:
+    cfg = ParallelConfig(tp=2, dp=4, ep=2)
+    plan = Plan("mixtral-s", "16-1", "megatron", (Stage("h800", cfg, 0, 12), Stage("910b", cfg, 12, 24)), 256, 4096, 1)
+    assert validate(plan, MIXTRAL, C16, "flagscale") == []
+    assert flagscale_config(plan, MIXTRAL, C16)["system"]["hetero"]["hetero_process_meshes"] == [2, 1, 2, 4, 1] * 2
+
+
+def test_dense_model_has_no_expert_keys() -> None:
+    dense = CAT.model("llama-2-7b")
+    plan = make_plan([20, 12], ["h800", "910b"], [ParallelConfig(tp=4, dp=2), ParallelConfig(tp=2, dp=4)], model=dense)
+    assert validate(plan, dense, C16, "flagscale") == []
+    cfg = flagscale_config(plan, dense, C16)
+    assert "expert_model_parallel_size" not in cfg["system"]
+    assert "expert_tensor_parallel_size_per_process_mesh" not in cfg["system"]["hetero"]
+    assert "num_experts" not in cfg["model"] and "moe_grouped_gemm" not in cfg["model"]
+    assert cfg["system"]["hetero"]["hetero_process_meshes"] == [4, 1, 1, 2, 1, 2, 1, 1, 4, 1]

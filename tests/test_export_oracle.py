@@ -1,0 +1,422 @@
+"""Megatron-Core as an oracle for the exporter (optional: ``pip install torch==2.13.0 megatron-core``).
+
+On Python 3.11 pip resolves megatron-core 0.16.x, which ships ``megatron.core`` only (no
+``megatron.training``), so this checks what core can check offline (reference/megatron.md §4):
+
+* exported layouts parse with ``PipelineParallelLayerLayout`` and pass ``validate_layer_layout``, and give
+  the plan's layers per pipeline rank and per virtual chunk;
+* the exported arguments build a ``TransformerConfig`` / ``MLATransformerConfig`` (every emitted flag is
+  mapped, so an unknown flag fails the test); without a layout, ``get_num_layers_to_build`` reproduces
+  the plan's split;
+* ``initialize_model_parallel`` succeeds on a fake process group of the plan's world size and gives the
+  plan's DP and expert-DP; its rank groups put TP/ETP groups where our placement says (one node) and
+  pipeline stage ``i`` on ranks ``[i*g, (i+1)*g)``;
+* ``ConstantNumMicroBatchesCalculator`` gives the plan's number of micro-batches;
+* plans and arguments our validator rejects are rejected by megatron-core too, for the rules it checks.
+
+FlagScale plans are checked mesh by mesh the same way (FlagScale builds each mesh with Megatron's
+RankGenerator and TransformerConfig).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("megatron.core")
+
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from megatron.core import parallel_state as ps  # noqa: E402
+from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator  # noqa: E402
+from megatron.core.transformer.enums import LayerType  # noqa: E402
+from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout  # noqa: E402
+from megatron.core.transformer.transformer_block import get_num_layers_to_build  # noqa: E402
+from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig  # noqa: E402
+from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
+
+from hapmoe_milp.config import ParallelConfig  # noqa: E402
+from hapmoe_milp.export import flagscale_config, megatron_args, parse_megatron_args  # noqa: E402
+from hapmoe_milp.export.common import plan_chunks, rank_slots  # noqa: E402
+from hapmoe_milp.export.flagscale import process_meshes  # noqa: E402
+from hapmoe_milp.export.validate import validate  # noqa: E402
+from hapmoe_milp.plan import Plan, Stage  # noqa: E402
+from hapmoe_milp.specs import Catalog  # noqa: E402
+from hapmoe_milp.specs.cluster import ClusterSpec  # noqa: E402
+from hapmoe_milp.specs.model import ModelSpec  # noqa: E402
+
+pytestmark = pytest.mark.megatron
+log = logging.getLogger(__name__)
+
+CAT = Catalog()
+MIX = CAT.model("mixtral-s")
+DSV3 = CAT.model("deepseek-v3")
+DSV2L = CAT.model("deepseek-v2-lite")
+C16 = CAT.cluster("16-1")
+C32 = CAT.cluster("32-1")
+C256 = CAT.cluster("256-h800-910b")
+
+
+def make_plan(
+    counts: list[int],
+    devices: list[str],
+    cfg: ParallelConfig | list[ParallelConfig],
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    *,
+    rec: str = "none",
+    vpp: int = 1,
+    mbs: int = 1,
+    gbs: int = 256,
+    family: str = "megatron",
+) -> Plan:
+    cfgs = cfg if isinstance(cfg, list) else [cfg] * len(counts)
+    stages, pos = [], 0
+    for n, d, c in zip(counts, devices, cfgs):
+        stages.append(Stage(d, c, pos, pos + n, rec))  # type: ignore[arg-type]
+        pos += n
+    return Plan(model.name, cluster.name, family, tuple(stages), gbs, 4096, mbs, vpp=vpp)  # type: ignore[arg-type]
+
+
+HHBB = ["h800", "h800", "910b", "910b"]
+G4 = ParallelConfig(tp=2, dp=2, ep=4)
+G8 = ParallelConfig(tp=2, dp=4, ep=8)
+DS16 = ParallelConfig(tp=1, dp=16, ep=16)
+DS_TYPES = ["h800"] * 8 + ["910b"] * 8
+
+MEGATRON_PLANS: list[tuple[str, Plan, ModelSpec, ClusterSpec]] = [
+    ("mixtral-even", make_plan([6, 6, 6, 6], HHBB, G4, MIX, C16), MIX, C16),
+    ("mixtral-first", make_plan([14, 10], ["h800", "910b"], G8, MIX, C16), MIX, C16),
+    ("mixtral-first-last", make_plan([9, 6, 6, 3], HHBB, G4, MIX, C16), MIX, C16),
+    ("mixtral-uneven-layout", make_plan([8, 7, 5, 4], HHBB, G4, MIX, C16), MIX, C16),
+    ("mixtral-even-vpp2", make_plan([6, 6, 6, 6], HHBB, G4, MIX, C16, vpp=2), MIX, C16),
+    ("mixtral-layout-vpp2", make_plan([8, 7, 5, 4], HHBB, G4, MIX, C16, vpp=2), MIX, C16),
+    ("mixtral-first-last-vpp2", make_plan([8, 6, 6, 4], HHBB, G4, MIX, C16, vpp=2), MIX, C16),
+    ("mixtral-full-recompute", make_plan([8, 7, 5, 4], HHBB, G4, MIX, C16, rec="full"), MIX, C16),
+    ("mixtral-selective", make_plan([8, 7, 5, 4], HHBB, G4, MIX, C16, rec="selective"), MIX, C16),
+    (
+        "mixtral-cp2-etp2",
+        make_plan([12, 12], ["h800", "910b"], ParallelConfig(tp=2, cp=2, dp=2, ep=2, etp=2), MIX, C16),
+        MIX,
+        C16,
+    ),
+    ("mixtral-32-8stages", make_plan([3] * 8, ["h800"] * 4 + ["910b"] * 4, G4, MIX, C32, vpp=3), MIX, C32),
+    ("dsv3-mtp-layout", make_plan([5] + [4] * 13 + [3, 2], DS_TYPES, DS16, DSV3, C256), DSV3, C256),
+    ("dsv3-mtp-vpp2", make_plan([5] + [4] * 13 + [3, 2], DS_TYPES, DS16, DSV3, C256, vpp=2), DSV3, C256),
+    ("dsv3-mtp-last-flag", make_plan([4] * 15 + [2], DS_TYPES, DS16, DSV3, C256), DSV3, C256),
+    ("dsv3-mtp-alone", make_plan([5] + [4] * 14 + [1], DS_TYPES, DS16, DSV3, C256), DSV3, C256),
+    ("dsv2-lite-no-qlora", make_plan([8, 7, 6, 6], HHBB, ParallelConfig(tp=2, dp=2, ep=4), DSV2L, C16), DSV2L, C16),
+]
+
+HETERO_PLANS: list[tuple[str, Plan, ModelSpec, ClusterSpec]] = [
+    (
+        "mixtral-two-meshes",
+        make_plan(
+            [14, 10],
+            ["h800", "910b"],
+            [ParallelConfig(tp=4, dp=2, ep=2), ParallelConfig(tp=2, dp=4, ep=2)],
+            MIX,
+            C16,
+            mbs=2,
+            family="hetero",
+        ),
+        MIX,
+        C16,
+    ),
+    (
+        "mixtral-four-stages",
+        make_plan(
+            [8, 8, 4, 4],
+            HHBB,
+            [ParallelConfig(tp=4, dp=1, ep=2)] * 2 + [ParallelConfig(tp=2, dp=2, ep=2, etp=2)] * 2,
+            MIX,
+            C16,
+            mbs=2,
+            family="hetero",
+        ),
+        MIX,
+        C16,
+    ),
+]
+
+
+# ---------------------------------------------------------------------- args -> megatron-core objects
+# flags that are not TransformerConfig fields (checked by other parts of this test or by validate_args)
+NOT_CONFIG = {
+    "micro_batch_size",
+    "global_batch_size",
+    "seq_length",
+    "max_position_embeddings",
+    "group_query_attention",
+    "untie_embeddings_and_output_weights",
+    "position_embedding_type",
+    "use_distributed_optimizer",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "make_vocab_size_divisible_by",
+}
+RENAMED = {
+    "num_experts": "num_moe_experts",
+    "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
+    "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage",
+    "num_virtual_stages_per_pipeline_rank": "virtual_pipeline_model_parallel_size",
+}
+
+
+def moe_freq_type(x: Any) -> Any:
+    """megatron.training.arguments.moe_freq_type: ints stay ints, other strings are eval'd to a list."""
+    if isinstance(x, int):
+        return x
+    return int(x) if str(x).isdigit() else eval(str(x), {"__builtins__": {}}, {})
+
+
+def config_from_args(parsed: dict[str, Any]) -> TransformerConfig:
+    """What ``core_transformer_config_from_args`` does for the flags we emit."""
+    kw: dict[str, Any] = {}
+    fields = set(TransformerConfig.__dataclass_fields__) | set(MLATransformerConfig.__dataclass_fields__)
+    for k, v in parsed.items():
+        if k in NOT_CONFIG:
+            continue
+        if k == "swiglu":
+            kw.update(gated_linear_unit=True, activation_func=F.silu, bias_activation_fusion=False)
+        elif k == "disable_bias_linear":
+            kw["add_bias_linear"] = False
+        elif k == "bf16":
+            kw.update(bf16=True, params_dtype=torch.bfloat16)
+        elif k == "moe_layer_freq":
+            kw[k] = moe_freq_type(v)
+        elif k == "recompute_modules":
+            kw[k] = v if isinstance(v, list) else [v]
+        elif k in RENAMED:
+            kw[RENAMED[k]] = v
+        elif k in fields:
+            kw[k] = v
+        else:
+            raise LookupError(f"exported flag --{k.replace('_', '-')} has no TransformerConfig mapping")
+    if kw.get("pipeline_model_parallel_size", 1) > 1:
+        kw["pipeline_dtype"] = torch.bfloat16
+    cls = MLATransformerConfig if kw.get("multi_latent_attention") else TransformerConfig
+    return cls(**kw)
+
+
+@contextlib.contextmanager
+def fake_world(world: int) -> Iterator[None]:
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        yield
+    finally:
+        ps.destroy_model_parallel()
+        dist.destroy_process_group()
+
+
+def init_mesh(world: int, tp: int, pp: int, cp: int, ep: int, etp: int, vpp: int | None) -> dict[str, int]:
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=vpp,
+        context_parallel_size=cp,
+        expert_model_parallel_size=ep,
+        expert_tensor_parallel_size=etp,
+        create_gloo_process_groups=False,
+    )
+    return {
+        "dp": ps.get_data_parallel_world_size(),
+        "edp": ps.get_expert_data_parallel_world_size(),
+        "pp": ps.get_pipeline_model_parallel_world_size(),
+        "tp": ps.get_tensor_model_parallel_world_size(),
+        "cp": ps.get_context_parallel_world_size(),
+        "ep": ps.get_expert_model_parallel_world_size(),
+    }
+
+
+def mcore_chunks(config: TransformerConfig, pp: int, vpp: int) -> list[list[tuple[int, int]]]:
+    """(decoder, mtp) layers per [pp_rank][vpp_chunk] as megatron-core builds them."""
+    layout = config.pipeline_model_parallel_layout
+    if layout is not None:
+        return [[(c.count(LayerType.decoder), c.count(LayerType.mtp)) for c in row] for row in layout.layout]
+    out = []
+    for r in range(pp):
+        row = []
+        for v in range(vpp):
+            d = get_num_layers_to_build(config, vp_stage=v, pp_rank=r)
+            m = (config.mtp_num_layers or 0) if (r == pp - 1 and v == vpp - 1) else 0  # mtp_on_this_rank
+            row.append((d, m))
+        out.append(row)
+    return out
+
+
+# ---------------------------------------------------------------------- positive oracle
+def test_megatron_core_version() -> None:
+    import megatron.core
+
+    log.info("oracle: megatron-core %s, torch %s", megatron.core.__version__, torch.__version__)
+    assert megatron.core.__version__
+
+
+@pytest.mark.parametrize("case", MEGATRON_PLANS, ids=[c[0] for c in MEGATRON_PLANS])
+def test_megatron_core_accepts_export(case: tuple[str, Plan, ModelSpec, ClusterSpec]) -> None:
+    _name, plan, model, cluster = case
+    assert validate(plan, model, cluster, "megatron") == []
+    parsed = parse_megatron_args(megatron_args(plan, model, cluster))
+    cfg = plan.stages[0].cfg
+
+    # layout string parses and validates on its own
+    if "pipeline_model_parallel_layout" in parsed:
+        lay = PipelineParallelLayerLayout.from_str(parsed["pipeline_model_parallel_layout"], plan.pp)
+        lay.validate_layer_layout(model.num_layers, model.mtp_num_layers or None)
+        per_rank = [
+            sum(len([x for x in c if x in (LayerType.decoder, LayerType.mtp)]) for c in row) for row in lay.layout
+        ]
+        assert per_rank == plan.layer_counts()
+        assert lay.virtual_pipeline_model_parallel_size == plan.vpp
+
+    # the whole argument set builds a TransformerConfig, with the plan's split
+    config = config_from_args(parsed)
+    got = mcore_chunks(config, plan.pp, plan.vpp)
+    want = [[(c.decoder, c.mtp) for c in row] for row in plan_chunks(plan, model)]
+    assert got == want
+    assert [sum(d + m for d, m in row) for row in got] == plan.layer_counts()
+
+    # the process groups
+    world = plan.devices_used
+    with fake_world(world):
+        sizes = init_mesh(world, cfg.tp, plan.pp, cfg.cp, cfg.ep, cfg.etp, plan.vpp if plan.vpp > 1 else None)
+    assert sizes["dp"] == cfg.dp and sizes["pp"] == plan.pp and sizes["tp"] == cfg.tp and sizes["cp"] == cfg.cp
+    assert sizes["edp"] == world // (cfg.etp * cfg.ep * plan.pp)
+
+    # rank order: PP outermost, TP and ETP groups on one node of the stage's device type
+    slots = rank_slots(plan, cluster)
+    rg = ps.RankGenerator(tp=cfg.tp, ep=1, dp=cfg.dp, pp=plan.pp, cp=cfg.cp, order="tp-cp-ep-dp-pp")
+    erg = ps.RankGenerator(
+        tp=cfg.etp, ep=cfg.ep, dp=world // (cfg.etp * cfg.ep * plan.pp), pp=plan.pp, cp=1, order="tp-cp-ep-dp-pp"
+    )
+    for stage, ranks in enumerate(sorted(zip(*rg.get_ranks("pp")))):
+        assert {slots[r].stage for r in ranks} == {stage}
+        assert {slots[r].device for r in ranks} == {plan.stages[stage].device}
+    for group in rg.get_ranks("tp") + erg.get_ranks("tp"):
+        assert len({(slots[r].group, slots[r].node) for r in group}) == 1
+
+    # batch arithmetic
+    calc = ConstantNumMicroBatchesCalculator(plan.global_batch_size, plan.micro_batch_size, cfg.dp, False, 0)
+    assert calc.get() == plan.num_microbatches
+
+
+@pytest.mark.parametrize("case", HETERO_PLANS, ids=[c[0] for c in HETERO_PLANS])
+def test_megatron_core_accepts_each_flagscale_mesh(case: tuple[str, Plan, ModelSpec, ClusterSpec]) -> None:
+    """FlagScale builds every mesh with Megatron's RankGenerator and TransformerConfig at that mesh's sizes."""
+    _name, plan, model, cluster = case
+    assert validate(plan, model, cluster, "flagscale") == []
+    fs = flagscale_config(plan, model, cluster)
+    flat = fs["system"]["hetero"]["hetero_process_meshes"]
+    etps = fs["system"]["hetero"]["expert_tensor_parallel_size_per_process_mesh"]
+    base = dict(fs["model"])
+    for mesh, (tp, cp, ep, dp, pp), etp in zip(process_meshes(plan), zip(*[flat[i::5] for i in range(5)]), etps):
+        world = tp * cp * dp * pp
+        with fake_world(world):
+            sizes = init_mesh(world, tp, pp, cp, ep, etp, None)
+        assert sizes["dp"] == dp == mesh.cfg.dp and sizes["edp"] == world // (etp * ep * pp)
+        parsed = {k: v for k, v in base.items() if k not in ("moe_token_dispatcher_type",)}
+        parsed.update(
+            tensor_model_parallel_size=tp,
+            pipeline_model_parallel_size=pp,
+            context_parallel_size=cp,
+            expert_model_parallel_size=ep,
+            expert_tensor_parallel_size=etp,
+            bf16=True,
+        )
+        if tp > 1:
+            parsed["sequence_parallel"] = True
+        config_from_args(parsed)
+        mbs_i = plan.stage_micro_batch(mesh.first_stage)
+        calc = ConstantNumMicroBatchesCalculator(plan.global_batch_size, mbs_i, dp, False, 0)
+        assert calc.get() == plan.num_microbatches
+
+
+# ---------------------------------------------------------------------- negative oracle
+def _edit(
+    args: list[str], drop: tuple[str, ...] = (), add: tuple[str, ...] = (), set_: dict[str, str] | None = None
+) -> list[str]:
+    out, skip = [], False
+    for t in args:
+        if t.startswith("--"):
+            skip = t in drop or t in (set_ or {})
+        if not skip:
+            out.append(t)
+    for k, v in (set_ or {}).items():
+        out += [k, v]
+    return out + list(add)
+
+
+BASE = MEGATRON_PLANS[3][1]  # mixtral, layout [8, 7, 5, 4]
+FIRST = MEGATRON_PLANS[1][1]  # mixtral, --decoder-first-pipeline-num-layers 14
+
+
+@pytest.mark.parametrize(
+    ("rule", "plan", "edit"),
+    [
+        (
+            "rule_heads_divisible_by_tp",
+            replace(BASE, stages=tuple(replace(s, cfg=ParallelConfig(tp=3, dp=1)) for s in BASE.stages)),
+            {},
+        ),
+        (
+            "rule_sequence_parallel_needs_tp",
+            replace(BASE, stages=tuple(replace(s, cfg=ParallelConfig(dp=4, ep=4)) for s in BASE.stages)),
+            {"add": ("--sequence-parallel",)},
+        ),
+        (
+            "rule_moe_bias_needs_etp_1",
+            replace(BASE, stages=tuple(replace(s, cfg=ParallelConfig(tp=2, dp=2, ep=2, etp=2)) for s in BASE.stages)),
+            {"drop": ("--disable-bias-linear",)},
+        ),
+        ("rule_recompute_flags", BASE, {"add": ("--recompute-granularity", "full")}),
+        ("rule_layout_counts", BASE, {"set_": {"--pipeline-model-parallel-layout": "Et*8|t*7|t*5|t*5L"}}),
+        ("rule_layout_counts", BASE, {"set_": {"--pipeline-model-parallel-layout": "Et*8|t*7|t*5|t*4"}}),
+        ("rule_layout_exclusive", BASE, {"add": ("--decoder-first-pipeline-num-layers", "8")}),
+        ("rule_uneven_pp_split", FIRST, {"set_": {"--decoder-first-pipeline-num-layers": "0"}}),
+        ("rule_uneven_pp_split", MEGATRON_PLANS[2][1], {"set_": {"--decoder-first-pipeline-num-layers": "10"}}),
+    ],
+)
+def test_megatron_core_rejects_what_we_reject_config(rule: str, plan: Plan, edit: dict[str, Any]) -> None:
+    """Config-time rules: our validator and TransformerConfig (or the layout parser) agree on rejecting."""
+    args = _edit(megatron_args(plan, MIX, C16), **edit)
+    assert rule in {v.rule for v in validate(plan, MIX, C16, "megatron", args=args)}
+    with pytest.raises((ValueError, AssertionError)):
+        config_from_args(parse_megatron_args(args))
+
+
+def test_megatron_core_rejects_expert_grid_like_us() -> None:
+    bad = make_plan([12, 12], ["h800", "910b"], ParallelConfig(tp=2, dp=2, ep=8), MIX, C16)
+    assert "rule_expert_grid_divides_world" in {v.rule for v in validate(bad, MIX, C16, "megatron")}
+    with fake_world(bad.devices_used), pytest.raises(RuntimeError, match="not divisible"):
+        init_mesh(bad.devices_used, 2, 2, 1, 8, 1, None)
+
+
+def test_megatron_core_rejects_vpp_without_pp_like_us() -> None:
+    bad = make_plan([24], ["h800"], G8, MIX, C16, vpp=2)
+    assert "rule_vpp_needs_pp_gt_1" in {v.rule for v in validate(bad, MIX, C16, "megatron")}
+    with fake_world(bad.devices_used), pytest.raises(RuntimeError):
+        init_mesh(bad.devices_used, 2, 1, 1, 8, 1, 2)
+
+
+def test_megatron_core_rejects_gbs_like_us() -> None:
+    bad = replace(BASE, global_batch_size=255)
+    assert "rule_gbs_divisible_by_mbs_dp" in {v.rule for v in validate(bad, MIX, C16, "megatron")}
+    with pytest.raises(AssertionError):
+        ConstantNumMicroBatchesCalculator(255, 1, 2, False, 0)
+
+
+def test_megatron_core_rejects_topk1_without_pre_softmax_like_us() -> None:
+    top1 = replace(MIX, moe_router_topk=1)
+    p = replace(BASE, model=top1.name)
+    args = _edit(megatron_args(p, top1, C16), drop=("--moe-router-pre-softmax",))
+    assert "rule_topk1_needs_pre_softmax" in {v.rule for v in validate(p, top1, C16, "megatron", args=args)}
+    with pytest.raises(ValueError):
+        config_from_args(parse_megatron_args(args))
+    config_from_args(parse_megatron_args(megatron_args(p, top1, C16)))  # and our export is accepted

@@ -1,0 +1,401 @@
+"""Validators: one bad plan (or one edited artifact) per rule, each must trip exactly the rule it targets.
+
+The table has to name every registered rule, so adding a rule without a test fails here.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+
+from hapmoe_milp.config import ParallelConfig, Settings
+from hapmoe_milp.errors import ExportError, PlanError
+from hapmoe_milp.export import flagscale_config, megatron_args
+from hapmoe_milp.export.validate import RULES, Violation, check, rule_names, validate
+from hapmoe_milp.plan import Plan, Stage, check_plan
+from hapmoe_milp.specs import Catalog
+from hapmoe_milp.specs.cluster import ClusterSpec
+from hapmoe_milp.specs.model import ModelSpec
+
+CAT = Catalog()
+MIX = CAT.model("mixtral-s")
+C16 = CAT.cluster("16-1")
+C32 = CAT.cluster("32-1")
+MIX_TIED = replace(MIX, untie_embeddings_and_output_weights=False)
+MIX_MTP1 = replace(MIX, mtp_num_layers=1)
+MIX_MTP2 = replace(MIX, mtp_num_layers=2)
+MIX_TOP1 = replace(MIX, moe_router_topk=1)
+MIX_GQA12 = replace(MIX, num_attention_heads=48, num_query_groups=12, kv_channels=None)
+DENSE = CAT.model("llama-2-7b")
+
+
+def pc(tp: int = 1, cp: int = 1, dp: int = 1, ep: int = 1, etp: int = 1) -> ParallelConfig:
+    return ParallelConfig(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)
+
+
+def plan(
+    counts: list[int],
+    devices: list[str],
+    cfgs: ParallelConfig | list[ParallelConfig],
+    *,
+    model: ModelSpec = MIX,
+    family: str = "megatron",
+    rec: str | list[str] = "none",
+    gbs: int = 256,
+    mbs: int = 1,
+    seq: int = 4096,
+    vpp: int = 1,
+    start: int = 0,
+    cluster: str = "16-1",
+) -> Plan:
+    cl = cfgs if isinstance(cfgs, list) else [cfgs] * len(counts)
+    rl = rec if isinstance(rec, list) else [rec] * len(counts)
+    stages, pos = [], start
+    for n, d, c, r in zip(counts, devices, cl, rl):
+        stages.append(Stage(d, c, pos, pos + n, r))  # type: ignore[arg-type]
+        pos += n
+    return Plan(model.name, cluster, family, tuple(stages), gbs, seq, mbs, vpp=vpp)  # type: ignore[arg-type]
+
+
+HB = ["h800", "910b"]
+G4 = pc(tp=2, dp=2, ep=4)  # 4 devices
+G8 = pc(tp=2, dp=4, ep=8)  # 8 devices
+GOOD_MG = plan([8, 7, 5, 4], ["h800", "h800", "910b", "910b"], G4)  # layout
+GOOD_FIRST = plan([14, 10], HB, G8)  # --decoder-first-pipeline-num-layers
+GOOD_FS = plan([14, 10], HB, [pc(tp=4, dp=2, ep=2), pc(tp=2, dp=4, ep=2)], family="hetero", mbs=2)
+
+
+def edit_args(base: Plan, model: ModelSpec = MIX, cluster: ClusterSpec = C16) -> Callable[..., list[str]]:
+    """A function that returns the generated args with flags dropped / replaced / added."""
+
+    def f(
+        drop: tuple[str, ...] = (), set_: dict[str, list[str]] | None = None, add: list[str] | None = None
+    ) -> list[str]:
+        toks = megatron_args(base, model, cluster)
+        out: list[str] = []
+        skip = False
+        for t in toks:
+            if t.startswith("--"):
+                skip = t in drop or t in (set_ or {})
+            if not skip:
+                out.append(t)
+        for k, v in (set_ or {}).items():
+            out += [k, *v]
+        return out + (add or [])
+
+    return f
+
+
+def edit_fs(
+    base: Plan, model: ModelSpec, fn: Callable[[dict[str, Any]], None], cluster: ClusterSpec = C16
+) -> dict[str, Any]:
+    cfg = copy.deepcopy(flagscale_config(base, model, cluster))
+    fn(cfg)
+    return cfg
+
+
+@dataclass(frozen=True)
+class Case:
+    rule: str
+    plan: Plan
+    target: str = "megatron"
+    model: ModelSpec = MIX
+    cluster: ClusterSpec = C16
+    kw: dict[str, Any] = field(default_factory=dict)
+
+
+def _hetero(p: Plan) -> Plan:
+    return replace(p, family="hetero")
+
+
+TIED_DP = plan([12, 12], HB, [pc(tp=2, dp=4, ep=2), pc(tp=2, dp=2, ep=2)], model=MIX_TIED, family="hetero", mbs=1)
+LAYOUT_ARGS = edit_args(GOOD_MG)
+FIRST_ARGS = edit_args(GOOD_FIRST)
+
+CASES: list[Case] = [
+    # ---- structural
+    Case("rule_positive_sizes", replace(GOOD_MG, micro_batch_size=0)),
+    Case("rule_stage_layers_contiguous", plan([12, 12], HB, G8, start=1)),
+    Case("rule_layers_cover_model", plan([12, 8], HB, G8)),
+    Case("rule_device_type_in_cluster", plan([12, 12], ["h800", "a100"], G8)),
+    Case("rule_inventory_per_type", plan([8, 8, 8], ["h800", "h800", "910b"], G8)),
+    # ---- Megatron's per-mesh rules (every target)
+    Case("rule_heads_divisible_by_tp", plan([12, 12], HB, pc(tp=3, dp=1))),
+    Case("rule_query_groups_divisible_by_tp", plan([12, 12], HB, pc(tp=8, ep=8)), model=MIX_GQA12),
+    Case("rule_experts_divisible_by_ep", plan([12, 12], HB, pc(tp=2, dp=3, ep=3), gbs=252)),
+    Case("rule_ep_needs_experts", plan([16, 16], HB, pc(tp=2, dp=4, ep=2)), model=DENSE),
+    Case("rule_expert_grid_divides_world", plan([12, 12], HB, pc(tp=2, dp=2, ep=8))),
+    Case("rule_gbs_divisible_by_mbs_dp", replace(GOOD_MG, global_batch_size=255)),
+    Case("rule_seq_divisible_by_2cp", plan([12, 12], HB, pc(tp=2, cp=2, dp=2, ep=8), seq=4098)),
+    Case(
+        "rule_tp_within_node",
+        plan(
+            [12, 12],
+            ["h800", "h800"],
+            [pc(tp=2, dp=3, ep=2), pc(tp=4, dp=1, ep=4)],
+            family="hetero",
+            mbs=4,
+            gbs=252,
+            cluster="32-1",
+        ),
+        target="flagscale",
+        cluster=C32,
+    ),
+    Case(
+        "rule_etp_within_node",
+        plan(
+            [12, 12],
+            ["h800", "h800"],
+            [pc(dp=6, ep=2), pc(dp=8, ep=2, etp=4)],
+            family="hetero",
+            mbs=4,
+            gbs=240,
+            cluster="32-1",
+        ),
+        target="flagscale",
+        cluster=C32,
+    ),
+    Case("rule_mtp_in_one_stage", plan([25, 1], HB, G8), model=MIX_MTP2),
+    # ---- Megatron target, plan level
+    Case("rule_uniform_mesh", GOOD_FS),
+    Case("rule_world_divisible_by_tp_pp_cp", plan([12, 12], HB, [pc(tp=2, dp=2, ep=4), pc(tp=2, dp=1, ep=2)])),
+    Case("rule_uniform_recompute", plan([12, 12], HB, G8, rec=["full", "none"])),
+    Case("rule_vpp_needs_pp_gt_1", plan([24], ["h800"], G8, vpp=2)),
+    Case("rule_vpp_microbatches_divisible_by_pp", plan([8, 8, 8], ["h800", "h800", "910b"], G4, vpp=2)),
+    Case("rule_ep_overlap_requirements", GOOD_MG, kw={"settings": Settings(overlap_ep_comm=True)}),
+    # ---- Megatron target, edited arguments
+    Case("rule_args_match_plan", GOOD_MG, kw={"args": LAYOUT_ARGS(set_={"--global-batch-size": ["512"]})}),
+    Case("rule_moe_tp_needs_sequence_parallel", GOOD_MG, kw={"args": LAYOUT_ARGS(drop=("--sequence-parallel",))}),
+    Case(
+        "rule_sequence_parallel_needs_tp",
+        plan([12, 12], HB, pc(dp=8, ep=8)),
+        kw={"args": edit_args(plan([12, 12], HB, pc(dp=8, ep=8)))(add=["--sequence-parallel"])},
+    ),
+    Case(
+        "rule_moe_bias_needs_etp_1",
+        plan([12, 12], HB, pc(tp=2, dp=4, ep=2, etp=2)),
+        kw={"args": edit_args(plan([12, 12], HB, pc(tp=2, dp=4, ep=2, etp=2)))(drop=("--disable-bias-linear",))},
+    ),
+    Case(
+        "rule_topk1_needs_pre_softmax",
+        plan([12, 12], HB, G8, model=MIX_TOP1),
+        model=MIX_TOP1,
+        kw={"args": edit_args(plan([12, 12], HB, G8, model=MIX_TOP1), MIX_TOP1)(drop=("--moe-router-pre-softmax",))},
+    ),
+    Case(
+        "rule_overlap_param_gather_needs_dist_opt",
+        GOOD_MG,
+        kw={"args": LAYOUT_ARGS(drop=("--use-distributed-optimizer",))},
+    ),
+    Case("rule_recompute_flags", GOOD_MG, kw={"args": LAYOUT_ARGS(add=["--recompute-granularity", "full"])}),
+    Case(
+        "rule_layout_grammar",
+        GOOD_MG,
+        kw={"args": LAYOUT_ARGS(set_={"--pipeline-model-parallel-layout": ["Et*8|t*7|t*5|x*4L"]})},
+    ),
+    Case(
+        "rule_layout_counts",
+        GOOD_MG,
+        kw={"args": LAYOUT_ARGS(set_={"--pipeline-model-parallel-layout": ["Et*8|t*7|t*5|t*5L"]})},
+    ),
+    Case(
+        "rule_layout_matches_plan",
+        GOOD_MG,
+        kw={"args": LAYOUT_ARGS(set_={"--pipeline-model-parallel-layout": ["Et*6|t*6|t*6|t*6L"]})},
+    ),
+    Case(
+        "rule_layout_exclusive",
+        GOOD_MG,
+        kw={"args": LAYOUT_ARGS(add=["--decoder-first-pipeline-num-layers", "8"])},
+    ),
+    Case(
+        "rule_uneven_pp_split",
+        GOOD_FIRST,
+        kw={"args": FIRST_ARGS(set_={"--decoder-first-pipeline-num-layers": ["0"]})},
+    ),
+    Case("rule_even_split", GOOD_FIRST, kw={"args": FIRST_ARGS(drop=("--decoder-first-pipeline-num-layers",))}),
+    # ---- FlagScale target, plan level
+    Case(
+        "rule_fs_same_cp", _hetero(plan([12, 12], HB, [pc(tp=2, dp=4, ep=2), pc(tp=2, cp=2, dp=2, ep=2)])), "flagscale"
+    ),
+    Case("rule_fs_cp_is_one", _hetero(plan([12, 12], HB, pc(tp=2, cp=2, dp=2, ep=2))), "flagscale"),
+    Case(
+        "rule_fs_ep_all_or_none", _hetero(plan([12, 12], HB, [pc(tp=2, dp=4, ep=1), pc(tp=2, dp=4, ep=2)])), "flagscale"
+    ),
+    Case(
+        "rule_fs_microbatch_divisible",
+        _hetero(plan([12, 12], HB, [pc(tp=8, dp=1, ep=8), pc(tp=4, dp=2, ep=8)])),
+        "flagscale",
+    ),
+    Case(
+        "rule_fs_tied_embedding_tp",
+        plan([12, 12], HB, [pc(tp=4, dp=2, ep=2), pc(tp=2, dp=4, ep=2)], model=MIX_TIED, family="hetero", mbs=2),
+        "flagscale",
+        model=MIX_TIED,
+    ),
+    Case(
+        "rule_fs_shared_embedding_dp",
+        plan(
+            [12, 12],
+            ["h800", "910b"],
+            [pc(tp=2, dp=3, ep=2), pc(tp=2, dp=2, ep=2)],
+            model=MIX_TIED,
+            family="hetero",
+            mbs=2,
+            gbs=252,
+        ),
+        "flagscale",
+        model=MIX_TIED,
+    ),
+    Case("rule_fs_no_vpp", _hetero(replace(GOOD_MG, vpp=2)), "flagscale"),
+    Case(
+        "rule_fs_mtp_on_last_stage", plan([25, 0], HB, G8, model=MIX_MTP1, family="hetero"), "flagscale", model=MIX_MTP1
+    ),
+    Case(
+        "rule_fs_device_types_grouped",
+        plan([8, 8, 8], ["h800", "910b", "h800"], G4, family="hetero"),
+        "flagscale",
+    ),
+    Case(
+        "rule_fs_recompute_expressible",
+        replace(GOOD_FS, stages=(GOOD_FS.stages[0], replace(GOOD_FS.stages[1], recompute="selective"))),
+        "flagscale",
+    ),
+    # ---- FlagScale target, edited config
+    Case(
+        "rule_fs_mesh_ranks",
+        GOOD_FS,
+        "flagscale",
+        kw={
+            "fs_config": edit_fs(
+                GOOD_FS,
+                MIX,
+                lambda c: c["system"]["hetero"].update(hetero_process_meshes=[4, 1, 2, 2, 1, 2, 1, 2, 2, 1]),
+            )
+        },
+    ),
+    Case(
+        "rule_fs_pp_matches_meshes",
+        GOOD_FS,
+        "flagscale",
+        kw={"fs_config": edit_fs(GOOD_FS, MIX, lambda c: c["system"].update(pipeline_model_parallel_size=4))},
+    ),
+    Case(
+        "rule_fs_layer_split",
+        GOOD_FS,
+        "flagscale",
+        kw={
+            "fs_config": edit_fs(
+                GOOD_FS, MIX, lambda c: c["system"]["hetero"].update(hetero_pipeline_layer_split=[12, 12])
+            )
+        },
+    ),
+    Case(
+        "rule_fs_partial_reduce_flag",
+        TIED_DP,
+        "flagscale",
+        model=MIX_TIED,
+        kw={
+            "fs_config": edit_fs(
+                TIED_DP, MIX_TIED, lambda c: c["system"]["hetero"].pop("use_partial_reduce_for_shared_embedding")
+            )
+        },
+    ),
+    Case(
+        "rule_fs_standalone_embedding_off",
+        GOOD_FS,
+        "flagscale",
+        kw={
+            "fs_config": edit_fs(GOOD_FS, MIX, lambda c: c["system"]["hetero"].update(standalone_embedding_stage=True))
+        },
+    ),
+    Case(
+        "rule_fs_ckpt_format",
+        GOOD_FS,
+        "flagscale",
+        kw={"fs_config": edit_fs(GOOD_FS, MIX, lambda c: c["system"].pop("checkpoint"))},
+    ),
+]
+
+
+def test_every_rule_has_a_case() -> None:
+    assert sorted(c.rule for c in CASES) == sorted(rule_names())
+    assert len(set(rule_names())) == len(RULES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.rule for c in CASES])
+def test_rule_trips(case: Case) -> None:
+    found = validate(case.plan, case.model, case.cluster, case.target, **case.kw)  # type: ignore[arg-type]
+    rules = {v.rule for v in found}
+    assert case.rule in rules, found
+    v = next(v for v in found if v.rule == case.rule)
+    assert v.field and v.message
+    assert str(v).endswith(f"[{case.rule}]")
+
+
+@pytest.mark.parametrize(
+    ("p", "target", "model"),
+    [
+        (GOOD_MG, "megatron", MIX),
+        (GOOD_FIRST, "megatron", MIX),
+        (GOOD_FIRST, "flagscale", MIX),
+        (GOOD_FS, "flagscale", MIX),
+        (TIED_DP, "flagscale", MIX_TIED),
+        (plan([12, 12], HB, pc(dp=8, ep=8)), "megatron", MIX),
+        (plan([16, 16], HB, pc(tp=2, dp=4)), "megatron", DENSE),
+    ],
+)
+def test_good_plans_have_no_violations(p: Plan, target: str, model: ModelSpec) -> None:
+    assert validate(p, model, C16, target) == []  # type: ignore[arg-type]
+    check(p, model, C16, target)  # type: ignore[arg-type]
+
+
+def test_good_plans_also_pass_check_plan() -> None:
+    """Our export rules are at least as strict as plan.check_plan on the plans we accept."""
+    for p, model in ((GOOD_MG, MIX), (GOOD_FS, MIX), (GOOD_FIRST, MIX)):
+        check_plan(p, model, C16)
+
+
+def test_structural_violations_stop_validation() -> None:
+    p = plan([12, 8], HB, pc(tp=3))
+    assert {v.rule for v in validate(p, MIX, C16, "megatron")} == {"rule_layers_cover_model"}
+
+
+def test_check_raises_plan_error_for_plan_rules() -> None:
+    with pytest.raises(PlanError) as ei:
+        check(plan([12, 12], HB, pc(tp=2, dp=3, ep=3)), MIX, C16, "megatron")
+    assert "[rule_experts_divisible_by_ep]" in str(ei.value) and "stages[0].ep" in str(ei.value)
+
+
+def test_check_raises_export_error_for_target_rules() -> None:
+    with pytest.raises(ExportError) as ei:
+        check(GOOD_FS, MIX, C16, "megatron")
+    assert "[rule_uniform_mesh]" in str(ei.value) and ei.value.field == "stages[1]"
+    with pytest.raises(ExportError, match=r"flagscale: \[rule_fs_no_vpp\]"):
+        check(_hetero(replace(GOOD_MG, vpp=2)), MIX, C16, "flagscale")
+
+
+def test_unknown_target() -> None:
+    with pytest.raises(ExportError, match="unknown target"):
+        validate(GOOD_MG, MIX, C16, "mindspeed")  # type: ignore[arg-type]
+
+
+def test_rule_exportable_is_the_safety_net(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*a: object, **k: object) -> list[str]:
+        raise ExportError("cannot express this")
+
+    monkeypatch.setattr(sys.modules["hapmoe_milp.export.validate"], "megatron_args", boom)
+    found = validate(GOOD_MG, MIX, C16, "megatron")
+    assert found == [Violation("rule_exportable", "plan", "cannot express this", "export")]
+
+
+def test_args_text_is_accepted() -> None:
+    from hapmoe_milp.export.megatron import format_args_file
+
+    text = format_args_file(megatron_args(GOOD_MG, MIX, C16))
+    assert validate(GOOD_MG, MIX, C16, "megatron", args=text) == []
