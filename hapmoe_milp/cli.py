@@ -177,7 +177,7 @@ def _knob_plan(
     imbalance: float,
 ) -> Any:
     from hapmoe_milp.config import ParallelConfig
-    from hapmoe_milp.layout import parse_layout
+    from hapmoe_milp.export.megatron import layout_problems, layout_rank_layers, parse_layout
     from hapmoe_milp.plan import Plan, Stage
 
     world = cluster.world_size
@@ -191,9 +191,11 @@ def _knob_plan(
         kinds += [grp.device.id] * grp.devices
     n_layers = len(model.layer_kinds)
     if layout:
-        lay = parse_layout(layout, pp, model.num_layers, model.mtp_num_layers)
-        counts = lay.decoder_layers_per_rank()
-        vpp = lay.vpp
+        problems = layout_problems(layout, pp, model.num_layers, model.mtp_num_layers)
+        if problems:
+            raise PlanError(f"{layout!r}: {problems[0]}", field="--layout")
+        counts = [r.total for r in layout_rank_layers(layout, pp)]
+        vpp = len(parse_layout(layout)) // pp
     else:
         if n_layers % pp:
             raise PlanError(f"{n_layers} layers do not split evenly over pp={pp}; give --layout", field="--pp")
@@ -435,9 +437,109 @@ def _explain(sol: Any) -> dict[str, Any]:
     return out
 
 
+# ---------------------------------------------------------------------- export / validate
+def _plan_context(plan_path: Path, model: str | None, cluster: str | None) -> tuple[Any, Any, Any]:
+    from hapmoe_milp.plan import load_plan
+
+    p = load_plan(plan_path)
+    cat = STATE.catalog
+    return p, cat.model(model or p.model), cat.cluster(cluster or p.cluster)
+
+
+@app.command()
+def validate(
+    plan: Annotated[Path, typer.Argument(help="plan.json")],
+    target: Annotated[str, typer.Option("--target", help="megatron|flagscale")] = "megatron",
+    model: Annotated[str | None, typer.Option("--model", "-m", help="default: the plan's model")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="default: the plan's cluster")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Check a plan against our invariants and the target framework's rules (one rule per check)."""
+    from hapmoe_milp.export.validate import validate as run_validate
+
+    if target not in ("megatron", "flagscale"):
+        raise PlanError(f"must be megatron or flagscale, got {target!r}", field="--target")
+    p, m, c = _plan_context(plan, model, cluster)
+    violations = run_validate(p, m, c, target)  # type: ignore[arg-type]
+    if as_json:
+        _echo_json({"ok": not violations, "violations": [v.__dict__ for v in violations]})
+    elif not violations:
+        typer.echo(f"{plan}: valid for {target}")
+    for v in violations if not as_json else []:
+        typer.echo(f"{plan}: {v.field}: {v.message} [{v.rule}]", err=True)
+    if violations:
+        raise typer.Exit(2)
+
+
+@app.command("export")
+def export_cmd(
+    plan: Annotated[Path, typer.Argument(help="plan.json")],
+    target: Annotated[str, typer.Option("--target", help="megatron|flagscale")],
+    out: Annotated[Path, typer.Option("--out", help="output folder")],
+    model: Annotated[str | None, typer.Option("--model", "-m")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", "-c")] = None,
+) -> None:
+    """Write launch files: plan.json, megatron_args.txt or flagscale.yaml, hostfile, launch_node<k>.sh."""
+    from hapmoe_milp.export import export_plan
+
+    p, m, c = _plan_context(plan, model, cluster)
+    files = export_plan(p, m, c, target, out)  # type: ignore[arg-type]
+    for f in files:
+        typer.echo(str(f))
+
+
+# ---------------------------------------------------------------------- profiler
+@app.command()
+def profile(
+    device_name: Annotated[str, typer.Option("--device-name", help="id of the table to write (file <id>.yaml)")],
+    out: Annotated[Path, typer.Option("--out", help="output folder or .yaml path")],
+    quick: Annotated[bool, typer.Option("--quick", help="few sizes, few repeats")] = False,
+    backend: Annotated[str, typer.Option("--backend", help="auto|cuda|rocm|npu|cpu")] = "auto",
+    base: Annotated[str | None, typer.Option("--base", help="shipped device to take fabric/NIC/collectives from")] = None,
+    peak_tflops: Annotated[float | None, typer.Option("--peak-tflops", help="dense BF16 peak (else built-in/measured)")] = None,
+    collectives: Annotated[
+        list[Path] | None, typer.Option("--collectives", help="JSON from hapmoe_milp.profiler.collectives")
+    ] = None,
+    nproc: Annotated[int | None, typer.Option("--nproc", help="also run local collectives with N processes")] = None,
+) -> None:
+    """Measure this machine's device table with PyTorch (optional extra `profile`)."""
+    from hapmoe_milp.profiler import launch_local_collectives, profile_device, write_device_table
+
+    target_dir = out if out.suffix not in (".yaml", ".yml") else out.parent
+    target_dir.mkdir(parents=True, exist_ok=True)
+    meas = profile_device(device_name, quick=quick, backend=backend, peak_tflops=peak_tflops)
+    colls = list(collectives or ())
+    if nproc:
+        colls.append(launch_local_collectives(nproc, target_dir / f"{device_name}-intra.json", quick=quick))
+    base_dev = STATE.catalog.device(base) if base else None
+    path = write_device_table(meas, target_dir, device_name=device_name, base=base_dev, collectives=colls)
+    typer.echo(str(path))
+
+
+@app.command("compare-profile")
+def compare_profile(
+    profiled: Annotated[str, typer.Argument(help="profiled device id or path")],
+    shipped: Annotated[str, typer.Argument(help="shipped device id or path")],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Profiled vs shipped table side by side, with the ratio per entry."""
+    from hapmoe_milp.profiler import compare_tables, format_rows, summarize_rows
+
+    cat = STATE.catalog
+    rows = compare_tables(cat.device(profiled), cat.device(shipped))
+    if as_json:
+        _echo_json({"rows": [r.to_dict() for r in rows], "summary": summarize_rows(rows)})
+        return
+    typer.echo(format_rows(rows))
+    for k, v in summarize_rows(rows).items():
+        typer.echo(f"{k}: geometric-mean ratio {v:.3f}")
+
+
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
     except HapmoeError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)
