@@ -19,6 +19,9 @@ from hapmoe_milp.specs.model import ModelSpec
 log = logging.getLogger(__name__)
 
 SOLVERS = ("dp", "cpsat", "milp", "auto")
+# Search time is a product feature: unless told otherwise, stop after a minute and return the best plan
+# found (status "timeout" with its certificate) rather than keep the user waiting.
+DEFAULT_TIME_LIMIT = 60.0
 
 
 def resolve(
@@ -77,6 +80,8 @@ def solve(
     st = make_settings(m, settings, **settings_kw)
     if solver not in SOLVERS:
         raise SolverError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}", field="--solver")
+    if time_limit is None:
+        time_limit = DEFAULT_TIME_LIMIT
     tries = [st]
     if optimizer_offload == "auto":
         if not st.optimizer_offload:

@@ -488,6 +488,97 @@ def export_cmd(
         typer.echo(str(f))
 
 
+# ---------------------------------------------------------------------- sweep
+@app.command()
+def sweep(
+    model: Annotated[list[str], typer.Option("--model", "-m", help="one or more models")],
+    out: Annotated[Path, typer.Option("--out", help="results JSONL (streamed, one line per finished case)")],
+    clusters: Annotated[str | None, typer.Option("--clusters", help="comma-separated clusters (names/inline)")] = None,
+    mix: Annotated[list[str] | None, typer.Option("--mix", help="DEVICE:MIN-MAX:STEP, repeatable")] = None,
+    budget: Annotated[str | None, typer.Option("--budget", help="devices<=N and/or price<=X")] = None,
+    prices: Annotated[str | None, typer.Option("--prices", help="h800=2.5,910b=1.2 (per device-hour)")] = None,
+    backend: Annotated[str, typer.Option("--backend", help="local|ray")] = "local",
+    address: Annotated[str | None, typer.Option("--address", help="join an existing Ray cluster")] = None,
+    workers: Annotated[int | None, typer.Option("--workers")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="skip cases already in --out")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite")] = False,
+    solver: Annotated[str, typer.Option("--solver")] = "dp",
+    time_limit: Annotated[float | None, typer.Option("--time-limit")] = None,
+    gbs: Annotated[int | None, typer.Option("--gbs")] = None,
+    seq: Annotated[int | None, typer.Option("--seq")] = None,
+    family: Annotated[str | None, typer.Option("--family")] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="PNG: throughput vs devices (or price), Pareto front")
+    ] = None,
+    x: Annotated[str, typer.Option("--x", help="devices|price for --plot")] = "devices",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Solve many (model x cluster mix x settings) cases, locally or on Ray; resumable."""
+    from rich.table import Table
+
+    from hapmoe_milp import render
+    from hapmoe_milp.sweep import best_table, cases_from_clusters, cases_from_mix, parse_prices, plot_sweep, run_sweep
+
+    if (clusters is None) == (not mix):
+        raise PlanError("give either --clusters or --mix", field="--clusters")
+    grid: dict[str, list[Any]] = {}
+    for k, v in (("global_batch_size", gbs), ("seq_length", seq), ("family", family)):
+        if v is not None:
+            grid[k] = [v]
+    price_map = parse_prices(prices)
+    if clusters is not None:
+        names = [c.strip() for c in clusters.split(",") if c.strip()]
+        cases = cases_from_clusters(model, names, grid or None, prices=price_map)
+    else:
+        cases = cases_from_mix(
+            model, list(mix or ()), budget, prices=price_map, settings_grid=grid or None, catalog=STATE.catalog
+        )
+    summary = run_sweep(
+        cases,
+        out,
+        backend=backend,
+        workers=workers,
+        address=address,
+        resume=resume,
+        overwrite=overwrite,
+        time_limit=time_limit,
+        solver=solver,
+        progress=not as_json,
+        catalog=STATE.catalog,
+    )
+    best = best_table(summary.rows)
+    if plot is not None:
+        plot_sweep(summary.rows, plot, x=x)  # type: ignore[arg-type]
+    if as_json:
+        _echo_json(
+            {
+                "out": str(summary.out),
+                "total": summary.total,
+                "skipped": summary.skipped,
+                "ran": summary.ran,
+                "ok": summary.ok,
+                "errors": summary.errors,
+                "wall_s": summary.wall_s,
+                "best": best,
+            }
+        )
+        return
+    t = Table(title=f"Best mixes ({summary.ok} ok, {summary.errors} errors, {summary.skipped} resumed)")
+    for col in ("model", "metric", "cluster", "composition", "value", "tokens/s", "devices"):
+        t.add_column(col)
+    for r in best:
+        t.add_row(
+            r["model"],
+            r["label"],
+            r["cluster"],
+            r["composition"],
+            f"{r['value']:,.4g}",
+            f"{r['tokens_per_s']:,.0f}",
+            str(r["devices"]),
+        )
+    render.console().print(t)
+
+
 # ---------------------------------------------------------------------- profiler
 @app.command()
 def profile(
@@ -495,8 +586,12 @@ def profile(
     out: Annotated[Path, typer.Option("--out", help="output folder or .yaml path")],
     quick: Annotated[bool, typer.Option("--quick", help="few sizes, few repeats")] = False,
     backend: Annotated[str, typer.Option("--backend", help="auto|cuda|rocm|npu|cpu")] = "auto",
-    base: Annotated[str | None, typer.Option("--base", help="shipped device to take fabric/NIC/collectives from")] = None,
-    peak_tflops: Annotated[float | None, typer.Option("--peak-tflops", help="dense BF16 peak (else built-in/measured)")] = None,
+    base: Annotated[
+        str | None, typer.Option("--base", help="shipped device to take fabric/NIC/collectives from")
+    ] = None,
+    peak_tflops: Annotated[
+        float | None, typer.Option("--peak-tflops", help="dense BF16 peak (else built-in/measured)")
+    ] = None,
     collectives: Annotated[
         list[Path] | None, typer.Option("--collectives", help="JSON from hapmoe_milp.profiler.collectives")
     ] = None,

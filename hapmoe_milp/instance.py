@@ -169,9 +169,13 @@ def build_options(
     kinds = sorted(set(kinds_seq))
     n = len(kinds_seq)
     opts: list[Option] = []
+    large = family == "hetero" and 0 < pruning.large_cluster < cluster.world_size
     for did in cluster.device_types:
         node = cluster.node_size(did)
         for g in stage_sizes(cluster, did):
+            if large and g < node:
+                counter.add("large_cluster")
+                continue
             for cfg in configs(model, g, node, st.seq_length):
                 if samples_per_mb % cfg.dp:
                     continue
@@ -225,6 +229,33 @@ def build_options(
                 else:
                     keep.append(o)
         opts = keep
+    if large and pruning.large_cluster_top_k > 0:
+        # per (device, size, CP, EP on/off, DP, recompute): the options on the (time, memory) front of
+        # the model's dominant layer kind, at most k of them, fastest first
+        main = max(kinds, key=kinds_seq.count)
+        groups_: dict[tuple, list[Option]] = {}
+        for o in opts:
+            groups_.setdefault((o.device, o.devices, o.cfg.cp, o.cfg.ep > 1, o.cfg.dp, o.recompute), []).append(o)
+        keep2: list[Option] = []
+        for grp in groups_.values():
+            scored = sorted(
+                grp,
+                key=lambda o: (
+                    o.per_kind[main].fwd + o.per_kind[main].bwd,
+                    o.per_kind[main].weights + o.per_kind[main].act,
+                ),
+            )
+            front: list[Option] = []
+            best_mem = float("inf")
+            for o in scored:
+                mem = o.per_kind[main].weights + o.per_kind[main].act
+                if mem < best_mem:
+                    front.append(o)
+                    best_mem = mem
+            kept = front[: pruning.large_cluster_top_k]
+            counter.add("large_cluster", len(grp) - len(kept))
+            keep2.extend(kept)
+        opts = keep2
     out = []
     for i, o in enumerate(opts):
         object.__setattr__(o, "index", i)

@@ -32,6 +32,9 @@ class Pruning:
     - ``max_stages``: cap on the number of pipeline stages (0 = no cap).
     - ``uniform_stage_size``: hetero family only, one stage size per device type (large clusters).
     - ``pareto_eps``: DP labels within this relative distance of a kept label are merged.
+    - ``large_cluster``: above this many devices the hetero family uses whole-node stages of one size
+      per device type (0 = never), keeping per stage shape at most ``large_cluster_top_k`` options on the
+      time/memory front of the dominant layer kind; the per-stage space grows too fast otherwise.
     """
 
     layer_band: bool = True
@@ -44,6 +47,8 @@ class Pruning:
     max_stages: int = 16
     uniform_stage_size: bool = False
     pareto_eps: float = 0.002
+    large_cluster: int = 64
+    large_cluster_top_k: int = 4
 
     @classmethod
     def off(cls) -> Pruning:
@@ -55,6 +60,7 @@ class Pruning:
             dominance=False,
             max_stages=0,
             pareto_eps=0.0,
+            large_cluster=0,
         )
 
     @classmethod

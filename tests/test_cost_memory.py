@@ -131,7 +131,9 @@ def test_distributed_optimizer_shards_over_dp_times_cp():
 
 
 # ================================================================== activations vs Megatron
-@pytest.mark.parametrize(("tp", "pp", "m", "b"), [(2, 2, 8, 1), (2, 4, 16, 1), (4, 4, 4, 2), (1, 2, 8, 1), (8, 4, 32, 1)])
+@pytest.mark.parametrize(
+    ("tp", "pp", "m", "b"), [(2, 2, 8, 1), (2, 4, 16, 1), (4, 4, 4, 2), (1, 2, 8, 1), (8, 4, 32, 1)]
+)
 def test_first_stage_activations_match_megatrons_sp_formula(tp, pp, m, b):
     model = dense_mha()
     cm = cm_for(model)

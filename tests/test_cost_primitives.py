@@ -221,7 +221,7 @@ def test_partial_mesh_saturates_when_pairs_cover_the_device_bandwidth():
 def test_table_interpolates_linearly_in_log_x():
     t = Table((1.0, 100.0), (1.0, 3.0))
     assert t(10.0) == pytest.approx(2.0, rel=1e-12)  # log10(10) is halfway between log10(1) and log10(100)
-    assert t(10 ** 0.5) == pytest.approx(1.5, rel=1e-12)
+    assert t(10**0.5) == pytest.approx(1.5, rel=1e-12)
     assert t(1.0) == 1.0 and t(100.0) == 3.0
     three = Table((1.0, 10.0, 1000.0), (0.5, 0.6, 0.9))
     assert three(100.0) == pytest.approx(0.75, rel=1e-12)  # halfway between 10 and 1000 in log space

@@ -267,11 +267,12 @@ def test_hostfile_rank_mapper_puts_meshes_on_their_type(plan: Plan) -> None:
 
 
 def test_hostfile_partial_nodes_and_type_order() -> None:
-    """910B first in the plan: its hosts come first; a half-used node lists only its used slots."""
+    """910B first in the plan: its hosts come first; a half-used node lists only its used slots (a type's
+    stages take its last devices, Plan.slot_offsets, so the 4 used 910B sit on its second node)."""
     plan = make_plan([14, 10], ["910b", "h800"], [B_TP2_DP2, H_TP4], model=MIXTRAL, cluster="32-1")
     text = flagscale_hostfile(plan, C32)
     lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
-    assert lines == ["910b-node0 slots=4 type=910b", "h800-node0 slots=8 type=h800"]
+    assert lines == ["910b-node1 slots=4 type=910b", "h800-node1 slots=8 type=h800"]
 
 
 # ---------------------------------------------------------------------- CLI view and files

@@ -137,7 +137,7 @@ CASES: list[Case] = [
         plan(
             [12, 12],
             ["h800", "h800"],
-            [pc(tp=2, dp=3, ep=2), pc(tp=4, dp=1, ep=4)],
+            [pc(tp=4, dp=1, ep=4), pc(tp=2, dp=3, ep=2)],
             family="hetero",
             mbs=4,
             gbs=252,
@@ -151,7 +151,7 @@ CASES: list[Case] = [
         plan(
             [12, 12],
             ["h800", "h800"],
-            [pc(dp=6, ep=2), pc(dp=8, ep=2, etp=4)],
+            [pc(dp=8, ep=2, etp=4), pc(dp=6, ep=2)],
             family="hetero",
             mbs=4,
             gbs=240,

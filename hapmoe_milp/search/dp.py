@@ -145,6 +145,7 @@ def _solve_group(
     # state: (first layer of the suffix, devices used per type, next stage's type, its size class,
     #         device types seen so far from the end -- hetero plans keep each type contiguous)
     contiguous = inst.family == "hetero"
+    uniform = pr.uniform_stage_size or (contiguous and 0 < pr.large_cluster < total_inv)
     level: dict[tuple, list[Label]] = {(n_layers, (0,) * len(types), None, 0, ()): [root]}
     p2p_cache: dict[tuple, float] = {}
     for k in range(1, kmax + 1):
@@ -171,6 +172,7 @@ def _solve_group(
                     if st[0][ti] + g <= inv[o0.device]
                     and aligned(inv[o0.device] - st[0][ti] - g, g, node)
                     and not (contiguous and o0.device in st[3] and st[3][-1] != o0.device)
+                    and not (uniform and st[1] == o0.device and st[2] != g)
                 ]
                 if not fits_inv:
                     continue
@@ -225,12 +227,16 @@ def _solve_group(
                                 if m_pre[s] > rem_cap:
                                     counter.add("memory_bound")
                                     continue
+                                # at most kmax - k more stages of at most g_max devices each
+                                usable = min(rem_dev, (kmax - k) * g_max)
+                                if usable <= 0:
+                                    continue
                                 rest_sum = w_pre[s] / g_max
-                                rest_max = w_pre[s] / rem_dev
+                                rest_max = w_pre[s] / usable
                             else:
                                 rest_sum = rest_max = 0.0
                             seen2 = seen if (seen and seen[-1] == o.device) else (*seen, o.device)
-                            key = (s, tuple(used2), o.device, g if pr.uniform_stage_size else g_link, seen2)
+                            key = (s, tuple(used2), o.device, g if uniform else g_link, seen2)
                             sync = base.sync
                             collapsed = False  # labels are sorted by total: once one with tmax <= tau and
                             # smax <= sync is extended, later such labels only give dominated results
@@ -252,7 +258,7 @@ def _solve_group(
                                     nxt.setdefault(key, []).append(new)
         level = {}
         for key, labels in nxt.items():
-            rem = total_inv - sum(key[1])
+            rem = min(total_inv - sum(key[1]), (kmax - k) * g_max)
             kept = _pareto(labels, pr.pareto_eps, w_pre[key[0]] / rem if rem > 0 else 0.0)
             if len(kept) < len(labels):
                 counter.add("pareto", len(labels) - len(kept))
@@ -314,11 +320,13 @@ def solve_dp(
     insts = instances
     if insts is None:
         insts = [i for fam in families(family) for i in build_instances(model, cluster, settings, fam, pr)]
+        # megatron first (its plans bound the hetero search), larger micro-batch steps first
+        insts.sort(key=lambda i: (i.family != "megatron", -i.samples_per_mb))
     for inst in insts:
         n_inst += 1
         for rule, n in inst.counter.counts.items():
             counter.add(rule, n)
-        for opts in groups(inst).values():
+        for opts in sorted(groups(inst).values(), key=lambda g: -max(o.devices for o in g)):
             if not _solve_group(inst, opts, best, counter, deadline):
                 complete = False
                 break
@@ -332,6 +340,7 @@ def solve_dp(
         and not pr.dominance
         and pr.max_stages <= 0
         and not pr.uniform_stage_size
+        and pr.large_cluster <= 0
         and pr.pareto_eps == 0
     )
     if best.label is None or best.inst is None:
