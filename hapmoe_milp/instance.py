@@ -181,6 +181,8 @@ def build_options(
                     continue
                 if family == "megatron" and cfg.dp * st.micro_batch_size != samples_per_mb:
                     continue
+                if family == "hetero" and cfg.cp > 1:
+                    continue  # FlagScale's heterogeneous ParallelContext rejects context parallelism
                 b = samples_per_mb // cfg.dp
                 band = _layer_band(model, cluster, did, g, pruning.delta) if pruning.layer_band else (1, n)
                 if band != (1, n):
