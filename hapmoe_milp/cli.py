@@ -488,6 +488,90 @@ def export_cmd(
         typer.echo(str(f))
 
 
+# ---------------------------------------------------------------------- compare
+@app.command()
+def compare(
+    model: Annotated[str, typer.Option("--model", "-m")],
+    cluster: Annotated[str, typer.Option("--cluster", "-c")],
+    against: Annotated[
+        str | None, typer.Option("--against", help="baselines megatron,metis,hetermoe instead of solvers")
+    ] = None,
+    solvers: Annotated[str, typer.Option("--solvers", help="for solver comparison")] = "dp,dp-exact,cpsat,milp",
+    family: Annotated[str, typer.Option("--family")] = "both",
+    time_limit: Annotated[float, typer.Option("--time-limit", help="seconds per solver")] = 60.0,
+    warm_start: Annotated[bool, typer.Option("--warm-start", help="hand the DP plan to the exact solvers")] = False,
+    gbs: Annotated[int | None, typer.Option("--gbs")] = None,
+    seq: Annotated[int | None, typer.Option("--seq")] = None,
+    mbs: Annotated[int | None, typer.Option("--mbs")] = None,
+    optimizer_offload: Annotated[bool, typer.Option("--optimizer-offload/--no-optimizer-offload")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Cross-validate the solvers on one instance, or put our plan next to baselines (HAPMoE Table 2 style)."""
+    from hapmoe_milp.api import make_settings
+
+    cat = STATE.catalog
+    m, c = cat.model(model), cat.cluster(cluster)
+    st = make_settings(
+        m, None, global_batch_size=gbs, seq_length=seq, micro_batch_size=mbs, optimizer_offload=optimizer_offload
+    )
+    if against is not None:
+        from hapmoe_milp.baselines import compare_against
+
+        rep = compare_against(
+            m,
+            c,
+            st,
+            [a.strip() for a in against.split(",") if a.strip()],
+            time_limit=time_limit,
+            optimizer_offload="auto" if not optimizer_offload else True,
+        )
+        rep.pop("solutions", None)
+        if as_json:
+            _echo_json(rep)
+            return
+        from rich.table import Table
+
+        from hapmoe_milp import render
+
+        t = Table(title=f"{m.name} on {c.name}: ratios vs Megatron-uniform")
+        for col in ("method", "iteration s", "tokens/s", "MFU", "throughput x", "MFU x", "latency x", "plan"):
+            t.add_column(col)
+        for r in rep["rows"]:
+
+            def f(v: Any, fmt: str) -> str:
+                return format(v, fmt) if isinstance(v, int | float) else "-"
+
+            t.add_row(
+                str(r.get("method")),
+                f(r.get("iteration_time_s"), ".3f"),
+                f(r.get("tokens_per_s"), ",.0f"),
+                f(r.get("mfu"), ".1%"),
+                f(r.get("throughput_ratio"), ".2f"),
+                f(r.get("mfu_ratio"), ".2f"),
+                f(r.get("latency_ratio"), ".2f"),
+                str(r.get("plan", ""))[:60],
+            )
+        render.console().print(t)
+        for n in rep.get("notes", []):
+            typer.echo(f"note: {n}")
+        return
+    from hapmoe_milp.compare import compare_solvers, format_markdown
+
+    rep = compare_solvers(
+        m,
+        c,
+        st,
+        solvers=[x.strip() for x in solvers.split(",") if x.strip()],
+        time_limit=time_limit,
+        family=family,
+        warm_start=warm_start,
+    )
+    if as_json:
+        _echo_json(rep)
+    else:
+        typer.echo(format_markdown(rep))
+
+
 # ---------------------------------------------------------------------- sweep
 @app.command()
 def sweep(
