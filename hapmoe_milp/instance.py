@@ -129,13 +129,31 @@ class Instance:
         return StageEval(fwd, bwd, p2p, fwd + bwd + 2 * p2p, w + infl * a + fixed, y + op)
 
 
-def _layer_band(model: ModelSpec, cluster: ClusterSpec, did: str, g: int, delta: float) -> tuple[int, int]:
-    n = len(model.layer_kinds)
-    total = sum(cluster.device(t).dense_peak_tflops * m for t, m in cluster.inventory.items())
-    share = n * g * cluster.device(did).dense_peak_tflops / total
-    lo = max(1, math.floor((1 - delta) * share))
-    hi = min(n, max(lo, math.ceil((1 + delta) * share)))
-    return lo, hi
+def _assign_bands(opts: list[Option], model: ModelSpec, cluster: ClusterSpec, delta: float, counter: PruneCounter) -> None:
+    """HAPMoE's load-balance band, generalised: a stage's layer count stays within (1 +/- delta) of its
+    share of the cluster's speed.
+
+    Speeds come from the cost model, not from peak FLOPs (peaks misjudge e.g. MI300X vs 910B by ~1.7x on
+    MoE layers): ``w_h`` is the fewest device-seconds a layer of the dominant kind needs on type ``h``,
+    the cluster processes ``V = sum_h m_h / w_h`` layers per second at best, and option ``c`` processes
+    ``1 / tau_c``; its share is ``n_hat = N * (1 / tau_c) / V``.
+    """
+    kinds_seq = model.layer_kinds
+    n = len(kinds_seq)
+    main = max(set(kinds_seq), key=kinds_seq.count)
+    w: dict[str, float] = {}
+    for o in opts:
+        lc = o.per_kind[main]
+        w[o.device] = min(w.get(o.device, float("inf")), (lc.fwd + lc.bwd) * o.devices)
+    speed = sum(m / w[t] for t, m in cluster.inventory.items() if t in w and w[t] > 0)
+    for o in opts:
+        lc = o.per_kind[main]
+        tau = lc.fwd + lc.bwd
+        share = n * (1.0 / tau) / speed if tau > 0 and speed > 0 else n
+        lo = max(1, math.floor((1 - delta) * share))
+        hi = min(n, max(lo, math.ceil((1 + delta) * share)))
+        object.__setattr__(o, "band", (lo, hi))
+        counter.add("layer_band", n - (hi - lo + 1))
 
 
 def _dominated(a: Option, b: Option, kinds: list[LayerKind]) -> bool:
@@ -184,9 +202,7 @@ def build_options(
                 if family == "hetero" and cfg.cp > 1:
                     continue  # FlagScale's heterogeneous ParallelContext rejects context parallelism
                 b = samples_per_mb // cfg.dp
-                band = _layer_band(model, cluster, did, g, pruning.delta) if pruning.layer_band else (1, n)
-                if band != (1, n):
-                    counter.add("layer_band", (n - (band[1] - band[0] + 1)) * len(RECOMPUTE_LEVELS))
+                band = (1, n)  # narrowed below when the layer-band rule is on
                 first = cm.first_edge(did, cfg, b)
                 last = cm.last_edge(did, cfg, b)
                 fixed = cm.fixed_memory(did, cfg, b)
@@ -216,6 +232,8 @@ def build_options(
                             band=band,
                         )
                     )
+    if pruning.layer_band and opts:
+        _assign_bands(opts, model, cluster, pruning.delta, counter)
     if pruning.dominance and family == "hetero":
         keep: list[Option] = []
         groups: dict[tuple, list[Option]] = {}
