@@ -2,8 +2,9 @@
 
 Integer scaling, and why the certificate stays honest:
 
-- Times are integers in units of ``resolution_s`` (default 10 ns). Every time coefficient is rounded
-  **down**, so for every plan the model objective is <= the true objective / resolution. Hence the
+- Times are integers in units of ``resolution_s`` (default: the power of ten that keeps the worst-case
+  rounding error below 1e-6 of the sub-problem's root lower bound; 1 ns for Mixtral on 16 devices, 10 ps
+  for the tiny test models). Every time coefficient is rounded **down**, so for every plan the model objective is <= the true objective / resolution. Hence the
   model's proven bound times the resolution is a valid lower bound on the true optimum, with nothing
   to subtract. The price is that the model may rank plans that are within the rounding error of each
   other wrongly: the plan it returns is optimal to within ``tolerance_s`` = resolution x (alpha (N + 4K)
@@ -13,9 +14,14 @@ Integer scaling, and why the certificate stays honest:
   capacity **down**, so a returned plan always fits. This excludes plans whose memory slack is below
   (N + 3) units (a few tens of KiB per device); the bound is proven over the remaining plans.
 
-Every linear constraint with an option in it is enforced only when that option is chosen
-(``OnlyEnforceIf``); the unconditional redundant cuts (per-slot fastest-option time, the DP's root
-bound on ``tau_max`` and ``sum tau``) give the LP relaxation something to hold on to.
+Every stage constraint is stated for each option and enforced only when that option is chosen
+(``OnlyEnforceIf``), which is what CP-SAT propagates well. Its LP relaxation of such constraints is
+weak, so the same rows are added again in product form (``u = n z``, ``y = first z``, as in the MILP:
+each slot's convex hull), with per-device-type "device-seconds <= inventory x tau_max" cuts, the DP's
+root bound, and the positional covering bound on ``tau_max`` (``exact.covering_bound``). Adjacent
+identical middle stages are ordered by layer count when every layer has the same kind (swapping their
+layers keeps every cost and only lowers the earlier stage's in-flight memory), which removes mirrored
+solutions.
 """
 
 from __future__ import annotations
@@ -29,12 +35,14 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from hapmoe_milp.errors import SolverError
-from hapmoe_milp.search.exact import Assignment, SubModel, SubResult, option_name
+from hapmoe_milp.search.exact import Assignment, SubModel, SubResult, extra_hint_values, option_name
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RESOLUTION_S = 1e-8
 DEFAULT_MEMORY_UNIT = 1024.0
+#: With ``resolution_s=None`` the time unit is the power of ten that keeps the worst-case rounding
+#: error (``tolerance_s``) below this fraction of the sub-problem's root lower bound, hence of its optimum.
+TARGET_RELATIVE_TOLERANCE = 1e-6
 
 _STATUS = {
     cp_model.OPTIMAL: "optimal",
@@ -45,10 +53,19 @@ _STATUS = {
 
 
 def describe_scaling(options: dict[str, Any]) -> dict[str, Any]:
+    res = options.get("resolution_s")
     return {
-        "time_resolution_s": float(options.get("resolution_s", DEFAULT_RESOLUTION_S)),
+        "time_resolution": "auto" if res is None else float(res),
         "memory_unit_bytes": float(options.get("memory_unit", DEFAULT_MEMORY_UNIT)),
     }
+
+
+def auto_resolution(sub: SubModel) -> float:
+    """Power-of-ten time unit with ``tolerance_s <= TARGET_RELATIVE_TOLERANCE x root bound``."""
+    per_unit = tolerance_s(sub, 1.0)
+    root = sub.root_bound if math.isfinite(sub.root_bound) and sub.root_bound > 0 else 1e-3
+    res = TARGET_RELATIVE_TOLERANCE * root / per_unit
+    return 10.0 ** math.floor(math.log10(res))
 
 
 def _down(x: float, unit: float) -> int:
@@ -74,14 +91,17 @@ def solve_sub(
     threads: int | None = None,
     relative_gap: float | None = None,
     backend: str | None = None,
-    resolution_s: float = DEFAULT_RESOLUTION_S,
+    resolution_s: float | None = None,
     memory_unit: float = DEFAULT_MEMORY_UNIT,
     symmetry: bool = True,
+    linearized: bool = True,
+    fix_hint: bool = False,
     log_search: bool = False,
     **_: Any,
 ) -> SubResult:
     t0 = time.perf_counter()
-    res, mu = float(resolution_s), float(memory_unit)
+    res = float(resolution_s) if resolution_s else auto_resolution(sub)
+    mu = float(memory_unit)
     K, N = sub.K, sub.N
     opts = sub.options
     kinds = sub.kinds
@@ -147,6 +167,41 @@ def solve_sub(
                 m.add_implication(v, gam[gof[i]])
     else:
         gam = []
+    # hetero: each device type's stages are one contiguous block (FlagScale ranks meshes by type)
+    extra_vars: dict[tuple, Any] = {}
+    if sub.contiguous and len(sub.types) > 1:
+        for t in sub.types:
+            b = {k: sum(v for i, v in z[k].items() if opts[i].device == t) for k in z}
+            starts = []
+            for k in z:
+                st_ = m.new_bool_var(f"type_start_k{k}_{t}")
+                extra_vars[("start", k, t)] = st_
+                m.add(st_ >= b[k] - (b[k - 1] if k > 1 else 0)).with_name(f"type_start_k{k}_{t}")
+                starts.append(st_)
+            m.add(sum(starts) <= 1).with_name(f"contiguous_{t}")
+    if sub.same_size:
+        for t in sub.types:
+            sizes = sorted({opts[i].devices for i in range(len(opts)) if opts[i].device == t})
+            for k in range(1, K):
+                here_t = sum(v for i, v in z[k].items() if opts[i].device == t)
+                for g in sizes:
+                    a_k = sum(v for i, v in z[k].items() if opts[i].device == t and opts[i].devices == g)
+                    a_k1 = sum(v for i, v in z[k + 1].items() if opts[i].device == t and opts[i].devices == g)
+                    m.add(a_k1 + here_t - a_k <= 1).with_name(f"same_size_k{k}_{t}_g{g}")
+    # stages take their type's devices from the end; a block must not straddle a node boundary
+    for t in sub.align_types:
+        node = sub.node[t]
+        inv_t = sub.inst.inventory[t]
+        cum: list[Any] = []
+        for k in z:
+            cum.extend(opts[i].devices * v for i, v in z[k].items() if opts[i].device == t)
+            q = m.new_int_var(-1, inv_t // node + 1, f"node_q_k{k}_{t}")
+            r = m.new_int_var(0, node - 1, f"node_r_k{k}_{t}")
+            extra_vars[("q", k, t)], extra_vars[("r", k, t)] = q, r
+            m.add(inv_t - sum(cum) == node * q + r).with_name(f"offset_k{k}_{t}")
+            here = [min(opts[i].devices, node) * v for i, v in z[k].items() if opts[i].device == t]
+            if here:
+                m.add(r + sum(here) <= node).with_name(f"align_k{k}_{t}")
     if pr.layer_band:
         for k in z:
             for i, v in z[k].items():
@@ -224,8 +279,10 @@ def solve_sub(
                 vec = (*(S[q][i][kd] for kd in kinds), SF[q][i], SL[q][i] if last else 0)
                 vecs.append(vec)
             for q, vec in enumerate(vecs):
-                if any(r != q and all(a >= b for a, b in zip(vecs[r], vec)) and (vecs[r] != vec or r < q)
-                       for r in range(len(vecs))):
+                if any(
+                    r != q and all(a >= b for a, b in zip(vecs[r], vec)) and (vecs[r] != vec or r < q)
+                    for r in range(len(vecs))
+                ):
                     continue
                 if all(x <= 0 for x in vec):
                     continue
@@ -248,12 +305,21 @@ def solve_sub(
                 if w is not None:
                     m.add(ntot[k + 1] <= ntot[k]).with_name(f"sym_k{k}_i{i}").only_enforce_if([v, w, used[k + 2]])
                     n_sym += 1
+    lin_vars: dict[tuple, Any] = {}
+    if linearized:
+        lin_vars = _add_linearization(m, sub, z, n, used, tau, tmax, sigma, p, T, TF, TL, S, SF, SL, mu)
     # the DP's root bound as unconditional cuts, in the model's own (rounded-down) units so that they
     # hold for the scaled stage times: a stage of g devices takes >= W_stage / g, and sum(g) <= D
     D = sum(sub.inst.inventory.values())
     W = [sum(min(T[i][kd] * opts[i].devices for i in g) for kd in sub.inst.layer_kinds) for g in sub.groups]
     gmax = [max(opts[i].devices for i in g) for g in sub.groups]
     m.add(tmax >= min(-(-w // D) for w in W)).with_name("root_tau_max")
+    # the covering bound is in seconds; the scaled stage time is below the true one by less than one
+    # unit per rounded coefficient (N + 4 at most), so this cut is valid for the scaled model
+    if math.isfinite(sub.tau_floor) and sub.tau_floor > 0:
+        m.add(tmax >= max(0, _down(sub.tau_floor, res) - (N + 4))).with_name("covering_tau_max")
+    fastest = sum(min(T[i][kd] for i in range(len(opts))) for kd in sub.inst.layer_kinds)
+    m.add(sum(tau.values()) >= fastest).with_name("fastest_sum_tau")
     m.add(sum(tau.values()) >= min(-(-w // g) for w, g in zip(W, gmax))).with_name("root_sum_tau")
 
     obj = alpha * sum(tau.values()) + beta * tmax + sigma
@@ -264,6 +330,17 @@ def solve_sub(
     # ---------------------------------------------------------------- warm start
     if hint is not None:
         _add_hint(m, sub, hint, used, c, n, z, gam, d, p, tau, tmax, sigma, T, TF, TL, P, S, SF, SL)
+        for key, val in extra_hint_values(sub, hint, extra_vars).items():
+            m.add_hint(extra_vars[key], val)
+        P_ = len(hint)
+        slot_of = {P_ - j: a for j, a in enumerate(hint)}
+        for key, var in lin_vars.items():
+            a = slot_of.get(key[1])
+            on = a is not None and a[0] == key[2]
+            if key[0] == "y":
+                m.add_hint(var, on and key[1] == P_)
+            else:
+                m.add_hint(var, sub.counts(a[1], a[2])[key[3]] if on else 0)
 
     solver = cp_model.CpSolver()
     prm = solver.parameters
@@ -274,6 +351,8 @@ def solve_sub(
     if relative_gap:
         prm.relative_gap_limit = float(relative_gap)
     prm.log_search_progress = bool(log_search)
+    if fix_hint and hint is not None:  # tests: the hinted plan must be a solution of the model
+        prm.fix_variables_to_their_hinted_value = True
     t_build = time.perf_counter() - t0
     status = solver.solve(m)
     st = _STATUS.get(status)
@@ -286,6 +365,7 @@ def solve_sub(
         "symmetry_cuts": n_sym,
         "build_s": t_build,
         "tolerance_s": tolerance_s(sub, res),
+        "resolution_s": res,
         "cpsat_status": solver.status_name(status),
     }
     assignment: Assignment | None = None
@@ -305,6 +385,81 @@ def solve_sub(
     elif st in ("feasible", "timeout"):
         bound = math.ceil(solver.best_objective_bound - 1e-9) * res
     return SubResult(st, assignment, max(bound, 0.0), time.perf_counter() - t0, stats)  # type: ignore[arg-type]
+
+
+def _add_linearization(m, sub, z, n, used, tau, tmax, sigma, p, T, TF, TL, S, SF, SL, mu) -> dict[tuple, Any]:  # type: ignore[no-untyped-def]
+    """Redundant product form (as in the MILP) so the LP relaxation sees each slot's convex hull.
+
+    ``u[k,i,kind] = n[k,kind] z[k,i]`` and ``y[k,i] = first[k] z[k,i]`` make stage time, memory and sync
+    linear without enforcement literals; the per-device-type cuts ``sum g (time of stages on t) <= inv_t
+    tau_max`` and the same for the optimizer part of ``sigma`` tie the pipeline's bottleneck to the
+    devices the plan can actually use.
+    """
+    K = sub.K
+    opts = sub.options
+    kinds = sub.kinds
+    cnt = {kd: len(sub.kind_layers[kd]) for kd in kinds}
+    dev_time: dict[str, list[Any]] = {t: [] for t in sub.types}
+    dev_opt: dict[str, list[Any]] = {t: [] for t in sub.types}
+    opt_q = next((q for q, pc in enumerate(sub.pieces) if not pc), None)  # the optimizer-only piece
+    out: dict[tuple, Any] = {}
+    for k in range(1, K + 1):
+        if not z[k]:
+            continue
+        first = used[k] - (used[k + 1] if k < K else 0)
+        u = {}
+        y = {}
+        for i, v in z[k].items():
+            for kd in kinds:
+                u[(i, kd)] = m.new_int_var(0, cnt[kd], f"u_k{k}_i{i}_{kd}")
+                m.add(u[(i, kd)] <= cnt[kd] * v)
+                m.add(u[(i, kd)] == n[k][kd]).only_enforce_if(v)
+            y[i] = m.new_bool_var(f"y_k{k}_i{i}")
+            m.add_implication(y[i], v)
+            out[("y", k, i)] = y[i]
+            for kd in kinds:
+                out[("u", k, i, kd)] = u[(i, kd)]
+        for kd in kinds:
+            m.add(sum(u[(i, kd)] for i in z[k]) == n[k][kd]).with_name(f"count_split_k{k}_{kd}")
+        m.add(sum(y.values()) == first).with_name(f"first_option_k{k}")
+        last = k == 1
+        lin = []
+        for i, v in z[k].items():
+            lin.extend(T[i][kd] * u[(i, kd)] for kd in kinds)
+            lin.append(TF[i] * y[i])
+            if last:
+                lin.append(TL[i] * v)
+            g = opts[i].devices
+            dev_time[opts[i].device].extend(g * T[i][kd] * u[(i, kd)] for kd in kinds)
+            dev_time[opts[i].device].append(g * TF[i] * y[i])
+            if last:
+                dev_time[opts[i].device].append(g * TL[i] * v)
+            if opt_q is not None:
+                dev_opt[opts[i].device].extend(g * S[opt_q][i][kd] * u[(i, kd)] for kd in kinds)
+                dev_opt[opts[i].device].append(g * SF[opt_q][i] * y[i])
+                if last:
+                    dev_opt[opts[i].device].append(g * SL[opt_q][i] * v)
+            # memory in product form
+            mem_k = {kd: _up(sub.mem_kind(i, kd, k), mu) for kd in kinds}
+            rhs = _down(opts[i].capacity, mu) - _up(sub.mem_fixed(i, k), mu)
+            mf = _up(sub.mem_first(i, k), mu)
+            if sum(mem_k[kd] * cnt[kd] for kd in kinds) + mf > rhs:
+                m.add(sum(mem_k[kd] * u[(i, kd)] for kd in kinds) + mf * y[i] <= rhs * v)
+        m.add(tau[k] >= sum(lin) + (2 * p[k] if k >= 2 else 0)).with_name(f"time_lin_k{k}")
+        for q in range(len(sub.pieces)):
+            expr = []
+            for i, v in z[k].items():
+                expr.extend(S[q][i][kd] * u[(i, kd)] for kd in kinds)
+                expr.append(SF[q][i] * y[i])
+                if last:
+                    expr.append(SL[q][i] * v)
+            m.add(sigma >= sum(expr)).with_name(f"sync_lin_k{k}_p{q}")
+    for t in sub.types:
+        if dev_time[t]:
+            m.add(sum(dev_time[t]) <= sub.inst.inventory[t] * tmax).with_name(f"device_time_{t}")
+        if dev_opt[t]:
+            m.add(sum(dev_opt[t]) <= sub.inst.inventory[t] * sigma).with_name(f"device_opt_{t}")
+    return out
 
 
 def _add_hint(m, sub, hint, used, c, n, z, gam, d, p, tau, tmax, sigma, T, TF, TL, P, S, SF, SL) -> None:  # type: ignore[no-untyped-def]
@@ -354,4 +509,11 @@ def _add_hint(m, sub, hint, used, c, n, z, gam, d, p, tau, tmax, sigma, T, TF, T
             m.add_hint(b, hint[0][0] in sub.groups[g])
 
 
-__all__ = ["DEFAULT_MEMORY_UNIT", "DEFAULT_RESOLUTION_S", "describe_scaling", "solve_sub", "tolerance_s"]
+__all__ = [
+    "DEFAULT_MEMORY_UNIT",
+    "TARGET_RELATIVE_TOLERANCE",
+    "auto_resolution",
+    "describe_scaling",
+    "solve_sub",
+    "tolerance_s",
+]

@@ -27,7 +27,10 @@ end (slot 1 = last stage, as in the DP, so the 1F1B in-flight count ``min(M, k)`
   the cross-type rule ``2 p2p <= eta (fwd+bwd)`` when ``cross_type_comm`` is on (as the DP applies it);
 - objective ``alpha sum tau + beta tau_max + sigma``.
 ``min_recompute`` and ``pareto_eps`` are DP heuristics and are ignored: the exact models consider every
-recompute level. ``uniform_stage_size`` only changes the DP's state key and is ignored too.
+recompute level. ``uniform_stage_size`` (and ``large_cluster`` above its size) is the DP's rule that
+adjacent stages of one device type have one size; the models state it as a constraint. The DP's layout
+rules are constraints too: a hetero plan keeps each device type's stages contiguous, and stages take
+their type's devices from the end without straddling a node (``instance.aligned``).
 """
 
 from __future__ import annotations
@@ -84,6 +87,13 @@ class SubModel:
     group_root: list[float]
     alpha: float
     beta: float
+    contiguous: bool = False  # hetero: each device type's stages form one contiguous block
+    node: dict[str, int] = field(default_factory=dict)
+    align_types: list[str] = field(default_factory=list)  # types whose stages could straddle a node
+    tau_floor: float = 0.0  # covering lower bound on tau_max (seconds), see covering_bound
+    same_size: bool = False  # adjacent stages of one type have one size (uniform_stage_size, large_cluster)
+    group_parts: list[list[float]] = field(default_factory=list)  # per group: [sum tau lb, W/D, tau_max lb]
+    tightened: bool = False
 
     @property
     def N(self) -> int:
@@ -227,6 +237,14 @@ def build_submodel(inst: Instance, keys: Sequence[tuple]) -> SubModel | None:
         beta=inst.coefficients[1],
     )
     sub.pieces = sync_pieces(inst.settings)
+    sub.contiguous = inst.family == "hetero"
+    sub.same_size = pr.uniform_stage_size or (sub.contiguous and 0 < pr.large_cluster < sum(inv.values()))
+    sub.node = node
+    for t in types:
+        sizes = {o.devices for o in options if o.device == t}
+        # one size that divides the node (and a whole number of nodes per type) can never straddle
+        if len(sizes) > 1 or any(node[t] % g and g % node[t] for g in sizes) or inv[t] % node[t]:
+            sub.align_types.append(t)
     first_dp = inst.first_dp
     allowed: list[list[bool]] = []
     for k in range(1, K + 1):
@@ -249,17 +267,220 @@ def build_submodel(inst: Instance, keys: Sequence[tuple]) -> SubModel | None:
     sub.allowed = allowed
     if not any(allowed[0]):
         return None
-    # root lower bound per group (the DP's): each layer needs >= w_l device-seconds on any option, so
-    # sum(tau) >= W / g_max and tau_max >= W / (devices in the cluster); edges, p2p and sync are >= 0
+    # root lower bound per group: the DP's (each layer needs >= w_l device-seconds on any option, so
+    # sum(tau) >= W / g_max and tau_max >= W / (devices in the cluster)) and the covering bound on
+    # tau_max; edges, p2p and sync are >= 0
     D = sum(inv.values())
-    roots = []
     for grp in groups:
         W = sum(min(sub.time_kind(i, kd) * options[i].devices for i in grp) for kd in inst.layer_kinds)
         gmax = max(options[i].devices for i in grp)
-        roots.append(sub.alpha * W / gmax + sub.beta * W / D)
+        # every layer runs somewhere: sum(tau) >= the fastest per-layer time of each layer
+        fastest = sum(min(sub.time_kind(i, kd) for i in grp) for kd in inst.layer_kinds)
+        sub.group_parts.append([max(W / gmax, fastest), W / D, covering_bound(sub, grp)])
+    _update_roots(sub)
+    return sub
+
+
+def _update_roots(sub: SubModel) -> None:
+    roots = []
+    for sum_lb, wd, tf in sub.group_parts:
+        if math.isinf(tf):
+            roots.append(math.inf)  # no plan in this group at all (and 0 * inf would be nan when M = 1)
+        else:
+            roots.append(sub.alpha * max(sum_lb, tf) + sub.beta * max(wd, tf))
     sub.group_root = roots
     sub.root_bound = min(roots)
-    return sub
+    sub.tau_floor = min(p[2] for p in sub.group_parts)
+
+
+def tighten(sub: SubModel, incumbent: float) -> None:
+    """Raise the sub-problem's covering bound with the layout rules, in the window an improvement needs.
+
+    Any plan of a group that beats ``incumbent`` has ``tau_max <= (incumbent - alpha sum_lb) / beta``, so
+    the exact covering (:func:`covering_bound` with ``layout=True``) only has to bisect between the plain
+    covering bound and that limit -- a handful of candidate stage times. Called lazily, right before a
+    sub-problem is first solved, so sub-problems the cheap bound already excludes never pay for it.
+    """
+    if sub.tightened or sub.beta <= 0 or not math.isfinite(incumbent):
+        return
+    for g, part in enumerate(sub.group_parts):
+        sum_lb, _, tf = part
+        if math.isinf(tf) or sub.group_root[g] >= incumbent:
+            continue
+        hi = (incumbent - sub.alpha * sum_lb) / sub.beta
+        part[2] = max(tf, covering_bound(sub, sub.groups[g], layout=True, lo=tf, hi=hi))
+    sub.tightened = True
+    _update_roots(sub)
+
+
+def covering_bound(
+    sub: SubModel, grp: Sequence[int], *, layout: bool = False, lo: float = 0.0, hi: float = math.inf
+) -> float:
+    """Smallest bottleneck t for which stages of time <= t, placed slot by slot, can hold every layer.
+
+    Why it is valid (a relaxation of the model): a stage of option o with n layers in slot k takes at
+    least ``n x (o's fastest layer kind)``, plus the head on slot 1, the embedding on the first stage and
+    the option's cheapest p2p elsewhere, and needs at least ``n x (o's lightest layer at min(M, k)
+    micro-batches in flight)`` + fixed memory (+ the edges it holds). So under a bottleneck t, slot k with
+    option o holds at most ``n_max(o, k, t)`` layers, and the first stage must also have ``dp ==
+    first_dp``. A DP over slots 1, 2, ... (from the end) and devices used per type gives the most layers
+    any pipeline can hold; if that is below N at every depth, every plan's bottleneck exceeds t. With
+    ``layout=True`` the state also carries the next stage's device type (so the p2p is the cheapest one
+    towards that type) and, for hetero, the types already placed (contiguity), and a stage must not
+    straddle a node (``instance.aligned``) -- slower, so :func:`tighten` runs it lazily in a window.
+    The sync is left out. Returns the smallest candidate stage time in ``[lo, hi]`` that holds; if none
+    does, the smallest candidate above ``hi`` (or ``inf``): every plan's bottleneck is at least that.
+    """
+    import numpy as np
+
+    from hapmoe_milp.instance import aligned
+
+    inst = sub.inst
+    N, K = inst.num_layers, sub.K
+    first_dp = inst.first_dp
+    T = len(sub.types)
+    inv = [inst.inventory[t] for t in sub.types]
+    tpos = {t: j for j, t in enumerate(sub.types)}
+    contiguous = layout and sub.contiguous and T > 1
+    nlt = T + 1 if layout else 1  # next stage's type (T = none: slot 1), only tracked with layout
+    nmask = 2**T if contiguous else 1
+    shape = (*(v + 1 for v in inv), nlt, nmask)
+    # per slot, for a middle and for a first stage: (type, size, time per layer, fixed time per next type,
+    # max layers by memory)
+    Item = tuple[int, int, float, tuple[float, ...], int]
+    mids: list[list[Item]] = []
+    firsts: list[list[Item]] = []
+    cands: set[float] = set()
+    for k in range(1, K + 1):
+        mid_row: list[Item] = []
+        first_row: list[Item] = []
+        for i in grp:
+            if not sub.allowed[k - 1][i]:
+                continue
+            o = sub.options[i]
+            t = min(sub.time_kind(i, kd) for kd in sub.kinds)
+            if k == 1:
+                base = [sub.time_last(i)] * nlt
+            elif layout:
+                base = [
+                    2 * min((v for (d, _), v in zip(sub.classes, sub.p2p[i]) if d == typ), default=math.inf)
+                    for typ in sub.types
+                ] + [math.inf]
+            else:
+                base = [2 * min(sub.p2p[i])]
+            mem = min(sub.mem_kind(i, kd, k) for kd in sub.kinds)
+            room = o.capacity - sub.mem_fixed(i, k)
+            for is_first in (False, True):
+                if is_first and o.cfg.dp != first_dp:
+                    continue
+                ft = tuple(b + (sub.time_first(i) if is_first else 0.0) for b in base)
+                r = room - (sub.mem_first(i, k) if is_first else 0.0)
+                nmem = N if mem <= 0 else min(N, int(r // mem))
+                if nmem < 1:
+                    continue
+                (first_row if is_first else mid_row).append((tpos[o.device], o.devices, t, ft, nmem))
+                for f in ft:
+                    if math.isfinite(f):
+                        cands.update(f + t * n for n in range(1, nmem + 1))
+        mids.append(mid_row)
+        firsts.append(first_row)
+    if not cands:
+        return math.inf
+    order = sorted(cands)
+    neg = -(10**9)
+    node = [sub.node.get(t, inst.cluster.node_size(t)) for t in sub.types]
+    # alignment: a stage of size g of type j may follow u devices of j already used by later stages
+    ok_cache: dict[tuple[int, int], Any] = {}
+
+    def ok_mask(j: int, g: int) -> Any:
+        """Over the devices of type j already used by later stages: may a size-g stage come next?"""
+        key = (j, g)
+        if key not in ok_cache:
+            m = np.array([u + g <= inv[j] and aligned(inv[j] - u - g, g, node[j]) for u in range(inv[j] + 1)])
+            shp = [1] * (T + 1)
+            shp[j] = inv[j] + 1
+            ok_cache[key] = m.reshape(shp)
+        return ok_cache[key]
+
+    def transitions(j: int) -> list[tuple[int, Any, Any]]:
+        """(next stage's type, source masks, destination masks) for a stage of type j; each entry maps
+        masks one to one, so a fancy-indexed update never writes one cell twice."""
+        if not layout:
+            return [(0, np.array([0]), np.array([0]))]
+        out = []
+        for lt in range(nlt):
+            if not contiguous:
+                out.append((lt, np.array([0]), np.array([0])))
+                continue
+            bit = 1 << j
+            if lt == T:
+                groups = [[0]]  # nothing placed yet
+            else:
+                groups = [[m for m in range(nmask) if m & bit and lt == j], [m for m in range(nmask) if not m & bit]]
+            for src in groups:
+                if src:
+                    out.append((lt, np.array(src), np.array([m | bit for m in src])))
+        return out
+
+    trans = [transitions(j) for j in range(T)]
+
+    def layers(t: float, ft: float, nm: int, tt: float) -> int:
+        if not math.isfinite(ft):
+            return 0
+        return nm if t <= 0 else min(nm, int((tt - ft) / t * (1 + 1e-12)))
+
+    def holds(tt: float) -> bool:
+        best = np.full(shape, neg, dtype=np.int64)
+        best[(*(0 for _ in inv), nlt - 1, 0)] = 0  # nothing placed yet ("next type" = none)
+        for k in range(K):
+            for ax, g, t, fts, nm in firsts[k]:  # the pipeline starts here
+                sl = [slice(None)] * T
+                sl[ax] = slice(0, inv[ax] + 1 - g)
+                for lt, src_m, _ in trans[ax]:
+                    n = layers(t, fts[lt], nm, tt)
+                    if n < 1:
+                        continue
+                    b = best[(*sl, lt)][..., src_m]
+                    if layout:
+                        b = np.where(ok_mask(ax, g)[tuple(sl)], b, neg)
+                    if b.size and int(b.max()) + n >= N:
+                        return True
+            if k == K - 1:
+                break
+            new = np.full(shape, neg, dtype=np.int64)
+            for ax, g, t, fts, nm in mids[k]:  # a stage between this slot and the first
+                sl = [slice(None)] * T
+                dl = [slice(None)] * T
+                sl[ax] = slice(0, inv[ax] + 1 - g)
+                dl[ax] = slice(g, inv[ax] + 1)
+                view = new[(*dl, ax if layout else 0)]
+                for lt, src_m, dst_m in trans[ax]:
+                    n = layers(t, fts[lt], nm, tt)
+                    if n < 1:
+                        continue
+                    b = best[(*sl, lt)][..., src_m]
+                    if layout:
+                        b = np.where(ok_mask(ax, g)[tuple(sl)], b, neg)
+                    view[..., dst_m] = np.maximum(view[..., dst_m], b + n)
+            best = new
+            if int(best.max()) < 0:
+                return False
+        return False
+
+    window = [c for c in order if lo * (1 - 1e-12) <= c <= hi]
+    above = [c for c in order if c > hi]
+    if not window:
+        return above[0] if above else math.inf
+    if not holds(window[-1]):
+        return above[0] if above else math.inf  # nothing up to hi holds: every plan is slower than that
+    a, b = 0, len(window) - 1
+    while a < b:
+        mid = (a + b) // 2
+        if holds(window[mid]):
+            b = mid
+        else:
+            a = mid + 1
+    return window[a]
 
 
 def submodels(inst: Instance, split: str = "group") -> list[SubModel]:
@@ -318,6 +539,24 @@ def assignment_of(sub: SubModel, plan: Plan) -> Assignment | None:
     gsets = [set(g) for g in sub.groups]
     if not any(all(i in g for i, _, _ in out) for g in gsets):
         return None
+    return out
+
+
+def extra_hint_values(sub: SubModel, hint: Assignment, keys: Iterable[tuple]) -> dict[tuple, int]:
+    """Values of the contiguity and node-alignment helpers on a hinted plan (both backends)."""
+    P = len(hint)
+    dev = {P - j: sub.options[i].device for j, (i, _, _) in enumerate(hint)}
+    size = {P - j: sub.options[i].devices for j, (i, _, _) in enumerate(hint)}
+    inv = sub.inst.inventory
+    out: dict[tuple, int] = {}
+    for key in keys:
+        what, k, t = key
+        if what == "start":
+            out[key] = int(dev.get(k) == t and dev.get(k - 1) != t)
+        else:
+            off = inv[t] - sum(size[j] for j in range(1, k + 1) if dev.get(j) == t)
+            q, r = divmod(off, sub.node[t])
+            out[key] = q if what == "q" else r
     return out
 
 
@@ -392,17 +631,32 @@ def solve(
     """
     if solver == "auto":
         return _solve_auto(
-            model, cluster, settings, family=family, pruning=pruning, time_limit=time_limit, threads=threads,
-            relative_gap=relative_gap, backend=backend, split=split, **options,
+            model,
+            cluster,
+            settings,
+            family=family,
+            pruning=pruning,
+            time_limit=time_limit,
+            threads=threads,
+            relative_gap=relative_gap,
+            backend=backend,
+            split=split,
+            **options,
         )
     mod = _backend(solver)
     t0 = time.perf_counter()
     deadline = t0 + time_limit if time_limit else None
     pr = pruning or EXACT_PRUNING
     fams = _families(family)
-    insts = list(instances) if instances is not None else [
-        i for fam in fams for i in build_instances(model, cluster, settings, fam, pr)  # type: ignore[arg-type]
-    ]
+    insts = (
+        list(instances)
+        if instances is not None
+        else [
+            i
+            for fam in fams
+            for i in build_instances(model, cluster, settings, fam, pr)  # type: ignore[arg-type]
+        ]
+    )
     counter = PruneCounter()
     records: list[_Record] = []
     for inst in insts:
@@ -432,21 +686,29 @@ def solve(
     order = sorted(range(len(records)), key=lambda r: (r not in hinted, records[r].sub.root_bound))
     n_vars = n_cons = 0
     tol_s = 0.0
+    res_s = 0.0
     solved = 0
 
     def run(ri: int, limit: float | None, start: Assignment | None) -> None:
-        nonlocal best_val, best_plan, best_inst, n_vars, n_cons, tol_s, solved
+        nonlocal best_val, best_plan, best_inst, n_vars, n_cons, tol_s, res_s, solved
         rec = records[ri]
         cutoff = best_val
         res = mod.solve_sub(
-            rec.sub, time_limit=limit, cutoff_s=cutoff, hint=start, threads=threads, relative_gap=relative_gap,
-            backend=backend, **options,
+            rec.sub,
+            time_limit=limit,
+            cutoff_s=cutoff,
+            hint=start,
+            threads=threads,
+            relative_gap=relative_gap,
+            backend=backend,
+            **options,
         )
         solved += 1
         rec.result = res
         n_vars = max(n_vars, int(res.stats.get("variables", 0)))
         n_cons = max(n_cons, int(res.stats.get("constraints", 0)))
         tol_s = max(tol_s, float(res.stats.get("tolerance_s", 0.0)))
+        res_s = max(res_s, float(res.stats.get("resolution_s", 0.0)))
         if res.assignment is not None:
             plan = plan_of(rec.sub, res.assignment)
             val, fits = evaluate_plan(rec.sub.inst, plan)
@@ -463,30 +725,46 @@ def solve(
             rec.complete = res.status == "optimal"
         log.debug("%s %s: %s bound %.6g (%.2fs)", solver, rec.sub.describe(), res.status, rec.bound, res.wall_s)
 
-    pending = list(order)
-    for pos, ri in enumerate(pending):
-        rec = records[ri]
-        if rec.sub.root_bound >= best_val:
-            rec.skipped = rec.complete = True
-            continue
-        limit = None
-        if deadline is not None:
-            left = deadline - time.perf_counter()
-            if left <= 0.05:
+    if deadline is None:
+        # no limit: every sub-problem to the end, most promising first (the incumbent prunes the rest)
+        for ri in order:
+            rec = records[ri]
+            if rec.bound < best_val:
+                tighten(rec.sub, best_val)
+                rec.bound = max(rec.bound, rec.sub.root_bound)
+            if rec.bound >= best_val:
+                rec.skipped = rec.complete = True
                 continue
-            remaining = sum(1 for r in pending[pos:] if records[r].sub.root_bound < best_val)
-            limit = max(left / max(1, remaining), min(left, 0.5))
-        run(ri, limit, hinted.get(ri))
-    # second pass: give the time the easy sub-problems left over to those stopped early
-    for ri in order:
-        rec = records[ri]
-        if rec.complete or rec.bound >= best_val:
-            continue
-        if deadline is not None and deadline - time.perf_counter() <= 0.5:
-            break
-        left = None if deadline is None else deadline - time.perf_counter()
-        start = rec.result.assignment if rec.result and rec.result.assignment else hinted.get(ri)
-        run(ri, left, start)
+            run(ri, None, hinted.get(ri))
+    else:
+        # best-bound first with doubling time slices: the sub-problem holding the global bound down gets
+        # the next slice; a re-run restarts from its best plan as a hint (CP-SAT keeps no state between
+        # calls, so doubling bounds the repeated work by a factor of two)
+        active = [ri for ri in order if records[ri].bound < best_val]
+        for ri in order:
+            if records[ri].bound >= best_val:
+                records[ri].skipped = records[ri].complete = True
+        base = max(0.5, (deadline - time.perf_counter()) / max(1, 2 * len(active)))
+        tries: dict[int, int] = {}
+        while True:
+            left = deadline - time.perf_counter()
+            cand = [ri for ri in order if not records[ri].complete and records[ri].bound < best_val]
+            if not cand or left <= 0.2:
+                break
+            ri = min(cand, key=lambda r: (tries.get(r, 0) > 0, records[r].bound, tries.get(r, 0)))
+            rec = records[ri]
+            if not rec.sub.tightened and math.isfinite(best_val):
+                tighten(rec.sub, best_val)
+                rec.bound = max(rec.bound, rec.sub.root_bound)
+                if rec.bound >= best_val:
+                    rec.skipped = rec.complete = True
+                    continue
+            n_try = tries.get(ri, 0)
+            tries[ri] = n_try + 1
+            limit = min(left, base * 2**n_try)
+            rec = records[ri]
+            start = rec.result.assignment if rec.result and rec.result.assignment else hinted.get(ri)
+            run(ri, limit, start)
     for rec in records:
         if not rec.complete and rec.bound >= best_val:
             rec.complete = True  # its bound already proves it cannot beat the incumbent
@@ -505,14 +783,27 @@ def solve(
     }
     stats.update(mod.describe_scaling(options))
     if tol_s:
-        stats["tolerance_s"] = tol_s
+        stats["tolerance_s"] = tol_s  # worst-case scaling error of a returned "optimal" plan
+    if res_s:
+        stats["time_resolution_s"] = res_s
     if best_plan is None:
         status = "infeasible" if complete else "timeout"
-        msg = _infeasible_message(model, cluster, settings, fams) if complete else (
-            f"{solver} found no plan within the time limit ({time_limit} s)"
+        msg = (
+            _infeasible_message(model, cluster, settings, fams)
+            if complete
+            else (f"{solver} found no plan within the time limit ({time_limit} s)")
         )
-        return Solution(solver, status, None, math.inf, math.inf if complete else bound, wall, counter.counts,  # type: ignore[arg-type]
-                        stats=stats, message=msg)
+        return Solution(
+            solver,
+            status,
+            None,
+            math.inf,
+            math.inf if complete else bound,
+            wall,
+            counter.counts,  # type: ignore[arg-type]
+            stats=stats,
+            message=msg,
+        )
     assert best_inst is not None
     bound = min(bound, best_val)
     status = "optimal" if complete else "feasible"
@@ -551,12 +842,28 @@ def _solve_auto(
     if left is not None and left <= 0.5:
         wall = time.perf_counter() - t0
         status = dp.status if dp.plan is None else "feasible"
-        return replace(dp, solver="auto", status=status, bound_s=float("nan"), wall_s=wall,  # type: ignore[arg-type]
-                       stats={**dp.stats, **dp_stats, "exact": "no time left"})
+        return replace(
+            dp,
+            solver="auto",
+            status=status,
+            bound_s=float("nan"),
+            wall_s=wall,  # type: ignore[arg-type]
+            stats={**dp.stats, **dp_stats, "exact": "no time left"},
+        )
     ex = solve(
-        model, cluster, settings, solver=exact_solver, family=family, pruning=EXACT_PRUNING, time_limit=left,
-        threads=threads, relative_gap=relative_gap, backend=None if backend in ("cpsat", "milp") else backend,
-        hint=dp.plan, split=split, **options,
+        model,
+        cluster,
+        settings,
+        solver=exact_solver,
+        family=family,
+        pruning=EXACT_PRUNING,
+        time_limit=left,
+        threads=threads,
+        relative_gap=relative_gap,
+        backend=None if backend in ("cpsat", "milp") else backend,
+        hint=dp.plan,
+        split=split,
+        **options,
     )
     wall = time.perf_counter() - t0
     stats = {**ex.stats, **dp_stats, "exact_solver": exact_solver, "exact_wall_s": ex.wall_s}

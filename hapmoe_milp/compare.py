@@ -1,0 +1,273 @@
+"""Cross-validation of the solvers on one problem: the product feature behind ``hapmoe-milp compare``.
+
+All solvers read the same instances, so on one (model, cluster, settings, family) every exact solver
+that finishes must reach the same optimum, every proven bound must sit below every plan's objective, and
+the pruned DP's distance to the best proven bound is the price of its pruning. Where two plans differ,
+the stage-by-stage diff shows how (ties between different plans are common: recompute levels that cost
+the same time, mirrored layer splits).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from hapmoe_milp.config import Settings
+from hapmoe_milp.errors import SolverError
+from hapmoe_milp.instance import build_instances, groups
+from hapmoe_milp.plan import Plan, Stage
+from hapmoe_milp.search.solution import Solution
+from hapmoe_milp.space import Pruning
+from hapmoe_milp.specs.cluster import ClusterSpec
+from hapmoe_milp.specs.model import ModelSpec
+
+log = logging.getLogger(__name__)
+
+SOLVERS = ("dp", "dp-exact", "cpsat", "milp", "auto")
+#: Rough size of the unpruned DP (layers^2 x slots x largest group x device-usage states / 2) above
+#: which it is not attempted. Measured on a 2-core machine (its bounds prune most of that space):
+#: Mixtral-S 16-1 1.4e8 -> 4 s, 24-1 7.5e8 -> 14 s, 32-3 1.8e9 -> 9 s; Mixtral-L 16-1 5.7e8 -> 17 s,
+#: 32-3 9.4e9 -> 146 s. The default keeps it to about a minute or two.
+DP_EXACT_MAX_WORK = 5e9
+#: Relative tolerance every comparison allows on top of the solvers' own stated tolerances.
+FLOAT_TOLERANCE = 1e-9
+
+
+def dp_exact_work(model: ModelSpec, cluster: ClusterSpec, settings: Settings, family: str) -> float:
+    """Estimated work of the unpruned DP (see :data:`DP_EXACT_MAX_WORK`), to decide whether to run it."""
+    from hapmoe_milp.search.dp import families
+
+    n = len(model.layer_kinds)
+    inv = cluster.inventory
+    states = math.prod(v + 1 for v in inv.values())
+    k = min(n, sum(inv.values()))
+    work = 0.0
+    for fam in families(family):
+        for inst in build_instances(model, cluster, settings, fam, Pruning.off()):
+            biggest = max((len(g) for g in groups(inst).values()), default=0)
+            work += n * n * k * biggest * states / 2
+    return work
+
+
+def stage_label(s: Stage) -> str:
+    return f"{s.device} x{s.devices} {s.cfg.label()} r={s.recompute} [{s.layer_start},{s.layer_end})"
+
+
+def plan_summary(plan: Plan | None) -> list[str]:
+    return [] if plan is None else [stage_label(s) for s in plan.stages]
+
+
+def plan_diff(ref: Plan, other: Plan) -> list[dict[str, Any]]:
+    """Stage-by-stage differences (by pipeline position) between two plans; empty when identical."""
+    rows = []
+    for i in range(max(ref.pp, other.pp)):
+        a = ref.stages[i] if i < ref.pp else None
+        b = other.stages[i] if i < other.pp else None
+        if a != b:
+            rows.append({"stage": i, "reference": a and stage_label(a), "other": b and stage_label(b)})
+    if ref.num_microbatches != other.num_microbatches:
+        rows.append({"stage": "M", "reference": ref.num_microbatches, "other": other.num_microbatches})
+    return rows
+
+
+def _tolerance(sol: Solution) -> float:
+    """The absolute tolerance a solver states for its objective (scaling for CP-SAT, MIP gap for MILP)."""
+    tol = float(sol.stats.get("tolerance_s", 0.0) or 0.0)
+    gap = sol.stats.get("relative_gap")
+    if gap is None and sol.solver == "milp":
+        from hapmoe_milp.search.milp import DEFAULT_GAP
+
+        gap = DEFAULT_GAP
+    if gap and math.isfinite(sol.objective_s):
+        tol = max(tol, float(gap) * sol.objective_s)
+    return tol
+
+
+def _run(
+    name: str,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    settings: Settings,
+    family: str,
+    time_limit: float | None,
+    hint: Plan | None,
+    options: dict[str, Any],
+) -> Solution | str:
+    from hapmoe_milp.search import exact
+    from hapmoe_milp.search.dp import solve_dp
+
+    if name == "dp":
+        return solve_dp(model, cluster, settings, family=family, pruning=Pruning(), time_limit=time_limit)
+    if name == "dp-exact":
+        work = dp_exact_work(model, cluster, settings, family)
+        limit = float(options.get("dp_exact_max_work", DP_EXACT_MAX_WORK))
+        if work > limit:
+            return f"skipped: instance too large for the unpruned DP (~{work:.1e} transitions > {limit:.0e})"
+        sol = solve_dp(
+            model, cluster, settings, family=family, pruning=Pruning.off(), time_limit=time_limit, name="dp-exact"
+        )
+        return sol
+    if name in ("cpsat", "milp", "auto"):
+        kw = {k: v for k, v in options.items() if k != "dp_exact_max_work"}
+        return exact.solve(
+            model,
+            cluster,
+            settings,
+            solver=name,
+            family=family,
+            time_limit=time_limit,
+            hint=hint if name != "auto" else None,
+            **kw,
+        )
+    raise SolverError(f"unknown solver {name!r} for compare; choose from {', '.join(SOLVERS)}")
+
+
+def compare_solvers(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    settings: Settings,
+    *,
+    solvers: Sequence[str] = ("dp", "dp-exact", "cpsat", "milp"),
+    time_limit: float | None = 60.0,
+    family: str = "both",
+    warm_start: bool = False,
+    **options: Any,
+) -> dict[str, Any]:
+    """Run each solver on the same problem and cross-check them.
+
+    Returns ``results`` (one row per solver: status, objective, bound, gap, wall time, stated tolerance,
+    plan summary, message), ``agree`` (every pair of *optimal* results within their stated tolerances;
+    None when fewer than two are optimal), ``consistent`` (no proven bound above any plan's objective),
+    ``best_objective_s``/``best_bound_s``, ``dp_gap`` (pruned DP to the best proven bound) and ``diffs``
+    (stage-by-stage against the best plan, for every plan that differs). ``warm_start`` hands the pruned
+    DP's plan to the exact solvers (faster, but then they are no longer independent of the DP).
+    """
+    for name in solvers:
+        if name not in SOLVERS:
+            raise SolverError(f"unknown solver {name!r} for compare; choose from {', '.join(SOLVERS)}")
+    sols: dict[str, Solution] = {}
+    results: list[dict[str, Any]] = []
+    hint: Plan | None = None
+    for name in solvers:
+        out = _run(name, model, cluster, settings, family, time_limit, hint, options)
+        if isinstance(out, str):
+            results.append(
+                {
+                    "solver": name,
+                    "status": "skipped",
+                    "objective_s": math.nan,
+                    "bound_s": math.nan,
+                    "gap": math.nan,
+                    "wall_s": 0.0,
+                    "tolerance_s": 0.0,
+                    "plan": [],
+                    "message": out,
+                }
+            )
+            continue
+        sols[name] = out
+        if name == "dp" and warm_start:
+            hint = out.plan
+        results.append(
+            {
+                "solver": name,
+                "status": out.status,
+                "objective_s": out.objective_s,
+                "bound_s": out.bound_s,
+                "gap": out.gap,
+                "wall_s": out.wall_s,
+                "tolerance_s": _tolerance(out),
+                "plan": plan_summary(out.plan),
+                "message": out.message,
+                "stats": {k: v for k, v in out.stats.items() if isinstance(v, (int, float, str, bool))},
+            }
+        )
+    if any(r["status"] == "infeasible" for r in results):
+        from hapmoe_milp.search.diagnose import diagnose
+        from hapmoe_milp.search.dp import families
+
+        why = str(diagnose(model, cluster, settings, families(family)))
+        for r in results:
+            if r["status"] == "infeasible":
+                r["message"] = why  # one explanation for every solver
+    with_plan = {k: s for k, s in sols.items() if s.plan is not None and math.isfinite(s.objective_s)}
+    best_obj = min((s.objective_s for s in with_plan.values()), default=math.inf)
+    bounds = [s.bound_s for s in sols.values() if s.bound_s == s.bound_s and s.bound_s is not None]
+    best_bound = max((b for b in bounds if math.isfinite(b)), default=math.nan)
+    optimal = {k: s for k, s in with_plan.items() if s.status == "optimal"}
+    agree: bool | None = None
+    if len(optimal) >= 2:
+        agree = True
+        items = list(optimal.items())
+        for i, (na, a) in enumerate(items):
+            for nb, b in items[i + 1 :]:
+                tol = _tolerance(a) + _tolerance(b) + FLOAT_TOLERANCE * max(a.objective_s, b.objective_s)
+                if abs(a.objective_s - b.objective_s) > tol:
+                    log.warning("compare: %s (%.9g) and %s (%.9g) disagree", na, a.objective_s, nb, b.objective_s)
+                    agree = False
+    infeasible = [k for k, s in sols.items() if s.status == "infeasible"]
+    if not with_plan and len([k for k in infeasible if k != "dp"]) >= 2:
+        agree = True  # the exact solvers agree that nothing fits
+    if infeasible and with_plan and any(sols[k].solver != "dp" for k in infeasible):
+        agree = False  # an exact solver proved infeasible what another solved
+    consistent = True
+    if math.isfinite(best_obj):
+        for k, s in sols.items():
+            b = s.bound_s
+            if b == b and math.isfinite(b) and b > best_obj + _tolerance(s) + FLOAT_TOLERANCE * best_obj:
+                log.warning("compare: %s bound %.9g exceeds the best objective %.9g", k, b, best_obj)
+                consistent = False
+    dp = sols.get("dp")
+    dp_gap = math.nan
+    if dp is not None and dp.plan is not None and best_bound == best_bound:
+        dp_gap = max(0.0, (dp.objective_s - best_bound) / dp.objective_s)
+    diffs: dict[str, list[dict[str, Any]]] = {}
+    ref_name = min(with_plan, key=lambda k: (with_plan[k].objective_s, k != "cpsat"), default=None)
+    if ref_name is not None:
+        ref = with_plan[ref_name].plan
+        assert ref is not None
+        for k, s in with_plan.items():
+            if k != ref_name and s.plan is not None:
+                d = plan_diff(ref, s.plan)
+                if d:
+                    diffs[k] = d
+    return {
+        "model": model.name,
+        "cluster": cluster.name,
+        "family": family,
+        "time_limit_s": time_limit,
+        "results": results,
+        "agree": agree,
+        "consistent": consistent,
+        "best_objective_s": best_obj,
+        "best_bound_s": best_bound,
+        "dp_gap": dp_gap,
+        "reference": ref_name,
+        "diffs": diffs,
+    }
+
+
+def format_markdown(report: dict[str, Any]) -> str:
+    """The comparison as a markdown table (for the CLI and the bench)."""
+    lines = [
+        f"{report['model']} on {report['cluster']} ({report['family']}): agree={report['agree']} "
+        f"consistent={report['consistent']} dp_gap={report['dp_gap']:.2%}"
+        if report["dp_gap"] == report["dp_gap"]
+        else f"{report['model']} on {report['cluster']} ({report['family']}): agree={report['agree']} "
+        f"consistent={report['consistent']}",
+        "",
+        "| solver | status | objective (s) | bound (s) | gap | wall (s) | stages |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in report["results"]:
+        gap = r["gap"]
+        lines.append(
+            f"| {r['solver']} | {r['status']} | {r['objective_s']:.6g} | {r['bound_s']:.6g} | "
+            f"{'' if gap != gap else f'{gap:.2%}'} | {r['wall_s']:.1f} | {len(r['plan'])} |"
+        )
+    return "\n".join(lines)
+
+
+__all__ = ["DP_EXACT_MAX_WORK", "SOLVERS", "compare_solvers", "dp_exact_work", "format_markdown", "plan_diff"]
