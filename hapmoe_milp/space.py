@@ -24,6 +24,8 @@ class Pruning:
     - ``layer_band``: HAPMoE's load-balance rule, layers of a stage within (1 +/- delta) of its share of
       the cluster's compute, ``n_hat = N * g * P_h / sum_t(m_t * P_t)`` (generalised to several stages
       per type, reference/papers.md §13.3).
+      With ``band_refine`` the DP then searches once more without the band, bounded by the plan found
+      and by as much time again as the first pass took.
     - ``min_recompute``: take the cheapest recompute level that fits memory; never a costlier one.
     - ``cross_type_comm``: drop a cross-type boundary whose p2p exceeds ``eta`` x the stage's compute.
     - ``ep_within_type``: EP groups never span device types. Structural in this space (a stage is one
@@ -39,6 +41,7 @@ class Pruning:
 
     layer_band: bool = True
     delta: float = 0.2
+    band_refine: bool = True
     min_recompute: bool = True
     cross_type_comm: bool = True
     eta: float = 2.0

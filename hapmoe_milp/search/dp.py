@@ -17,7 +17,7 @@ import logging
 import time
 from bisect import bisect_right
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hapmoe_milp.config import Family, Settings
 from hapmoe_milp.errors import InfeasibleError
@@ -160,6 +160,9 @@ def _solve_group(
                 by_end.setdefault(e, []).append((used, nd, ng, seen, labels))
         nxt: dict[tuple, list[Label]] = {}
         for e, states in by_end.items():
+            if deadline is not None and time.perf_counter() > deadline:
+                counter.add("bound", n_bound)
+                return False
             lo_tmax = min(lb.tmax for *_, labels in states for lb in labels)
             for group in shape_list:
                 o0 = group[0]
@@ -332,6 +335,23 @@ def solve_dp(
                 break
         if not complete:
             break
+    if complete and instances is None and pr.layer_band and pr.band_refine and best.label is not None:
+        # The band is centred on estimated speeds and can cut the optimum when memory forces slower
+        # options than the estimate assumed. Re-search without it, bounded by the plan just found (which
+        # prunes most of the space) and by what is left of the time limit.
+        free = replace(pr, layer_band=False)
+        spent = time.perf_counter() - t0
+        refine_deadline = time.perf_counter() + max(1.0, spent)
+        if deadline is not None:
+            refine_deadline = min(refine_deadline, deadline)
+        for fam in families(family):
+            for inst in build_instances(model, cluster, settings, fam, free):
+                for opts in sorted(groups(inst).values(), key=lambda g: -max(o.devices for o in g)):
+                    if not _solve_group(inst, opts, best, counter, refine_deadline):
+                        counter.add("refine_timeout")
+                        break
+                if time.perf_counter() > refine_deadline:
+                    break
     wall = time.perf_counter() - t0
     exact = pr == Pruning.off() or (
         not pr.layer_band
