@@ -129,7 +129,9 @@ class Instance:
         return StageEval(fwd, bwd, p2p, fwd + bwd + 2 * p2p, w + infl * a + fixed, y + op)
 
 
-def _assign_bands(opts: list[Option], model: ModelSpec, cluster: ClusterSpec, delta: float, counter: PruneCounter) -> None:
+def _assign_bands(
+    opts: list[Option], model: ModelSpec, cluster: ClusterSpec, delta: float, counter: PruneCounter, by_peak: bool
+) -> None:
     """HAPMoE's load-balance band, generalised: a stage's layer count stays within (1 +/- delta) of its
     share of the cluster's speed.
 
@@ -141,15 +143,23 @@ def _assign_bands(opts: list[Option], model: ModelSpec, cluster: ClusterSpec, de
     kinds_seq = model.layer_kinds
     n = len(kinds_seq)
     main = max(set(kinds_seq), key=kinds_seq.count)
-    w: dict[str, float] = {}
+    if by_peak:
+        # large clusters: HAPMoE's own rule, shares of the summed dense peak (memory, not speed, limits
+        # the feasible options there, and the speed-based centre can exclude every feasible split)
+        total = sum(cluster.device(t).dense_peak_tflops * m for t, m in cluster.inventory.items())
+        shares = {id(o): n * o.devices * cluster.device(o.device).dense_peak_tflops / total for o in opts}
+    else:
+        w: dict[str, float] = {}
+        for o in opts:
+            lc = o.per_kind[main]
+            w[o.device] = min(w.get(o.device, float("inf")), (lc.fwd + lc.bwd) * o.devices)
+        speed = sum(m / w[t] for t, m in cluster.inventory.items() if t in w and w[t] > 0)
+        shares = {}
+        for o in opts:
+            tau = o.per_kind[main].fwd + o.per_kind[main].bwd
+            shares[id(o)] = n * (1.0 / tau) / speed if tau > 0 and speed > 0 else n
     for o in opts:
-        lc = o.per_kind[main]
-        w[o.device] = min(w.get(o.device, float("inf")), (lc.fwd + lc.bwd) * o.devices)
-    speed = sum(m / w[t] for t, m in cluster.inventory.items() if t in w and w[t] > 0)
-    for o in opts:
-        lc = o.per_kind[main]
-        tau = lc.fwd + lc.bwd
-        share = n * (1.0 / tau) / speed if tau > 0 and speed > 0 else n
+        share = shares[id(o)]
         lo = max(1, math.floor((1 - delta) * share))
         hi = min(n, max(lo, math.ceil((1 + delta) * share)))
         object.__setattr__(o, "band", (lo, hi))
@@ -233,7 +243,8 @@ def build_options(
                         )
                     )
     if pruning.layer_band and opts:
-        _assign_bands(opts, model, cluster, pruning.delta, counter)
+        by_peak = 0 < pruning.large_cluster < cluster.world_size
+        _assign_bands(opts, model, cluster, pruning.delta, counter, by_peak)
     if pruning.dominance and family == "hetero":
         keep: list[Option] = []
         groups: dict[tuple, list[Option]] = {}

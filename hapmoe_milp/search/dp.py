@@ -335,7 +335,8 @@ def solve_dp(
                 break
         if not complete:
             break
-    if complete and instances is None and pr.layer_band and pr.band_refine and best.label is not None:
+    small = not (0 < pr.large_cluster < cluster.world_size)
+    if complete and small and instances is None and pr.layer_band and pr.band_refine and best.label is not None:
         # The band is centred on estimated speeds and can cut the optimum when memory forces slower
         # options than the estimate assumed. Re-search without it, bounded by the plan just found (which
         # prunes most of the space) and by what is left of the time limit.
