@@ -16,6 +16,8 @@ module level: the planner must work without it, and a missing torch must surface
 from __future__ import annotations
 
 import importlib
+import json
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -33,6 +35,20 @@ class ProfilerError(HapmoeError):
 
 class TorchMissingError(ProfilerError):
     """PyTorch (the ``profile`` extra) is not installed."""
+
+
+def read_json_object(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """Read a JSON object the profiler wrote, turning every I/O or syntax problem into a ProfilerError."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProfilerError("file not found", source=str(p)) from None
+    except (OSError, ValueError) as exc:
+        raise ProfilerError(f"not a readable JSON file: {exc}", source=str(p)) from None
+    if not isinstance(doc, dict):
+        raise ProfilerError("expected a JSON object", source=str(p))
+    return p, doc
 
 
 def require_torch() -> ModuleType:

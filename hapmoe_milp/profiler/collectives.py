@@ -39,7 +39,7 @@ from typing import Any
 
 from hapmoe_milp.cost.primitives import BUS_FACTOR
 from hapmoe_milp.errors import HapmoeError
-from hapmoe_milp.profiler import ProfilerError, require_torch
+from hapmoe_milp.profiler import ProfilerError, read_json_object, require_torch
 from hapmoe_milp.profiler.timing import percentile, time_fn
 
 log = logging.getLogger(__name__)
@@ -430,14 +430,8 @@ def launch_local_collectives(
 
 def load_collectives(path: str | Path) -> dict[str, Any]:
     """Read and check a collectives JSON written by this module."""
-    p = Path(path)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ProfilerError("file not found", source=str(p)) from None
-    except (OSError, ValueError) as exc:
-        raise ProfilerError(f"not a readable JSON file: {exc}", source=str(p)) from None
-    if not isinstance(doc, dict) or doc.get("format") != COLLECTIVES_FORMAT:
+    p, doc = read_json_object(path)
+    if doc.get("format") != COLLECTIVES_FORMAT:
         raise ProfilerError(f"not a collectives measurement (expected format {COLLECTIVES_FORMAT!r})", source=str(p))
     if doc.get("link") not in LINKS:
         raise ProfilerError(f"link must be one of {LINKS}, got {doc.get('link')!r}", source=str(p), field="link")

@@ -29,7 +29,7 @@ import yaml
 
 from hapmoe_milp.cost.primitives import gemm_time
 from hapmoe_milp.errors import SpecError
-from hapmoe_milp.profiler import ProfilerError
+from hapmoe_milp.profiler import ProfilerError, read_json_object
 from hapmoe_milp.profiler.collectives import PRIMITIVES, cross_link_from_collectives, load_collectives
 from hapmoe_milp.profiler.kernels import MEASUREMENT_FORMAT
 from hapmoe_milp.specs.device import FABRICS, LINK_CLASSES, DeviceSpec, check_device_id, device_from_dict
@@ -133,15 +133,7 @@ def save_measurements(measurements: Mapping[str, Any], path: str | Path) -> Path
 
 def load_measurements(path: str | Path) -> dict[str, Any]:
     """Read raw measurements written by :func:`save_measurements`."""
-    p = Path(path)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ProfilerError("file not found", source=str(p)) from None
-    except (OSError, ValueError) as exc:
-        raise ProfilerError(f"not a readable JSON file: {exc}", source=str(p)) from None
-    if not isinstance(doc, dict):
-        raise ProfilerError("expected a JSON object", source=str(p))
+    p, doc = read_json_object(path)
     try:
         _check_measurements(doc)
     except ProfilerError as exc:
