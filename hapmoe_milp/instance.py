@@ -72,6 +72,7 @@ class Instance:
     cost_model: CostModel
     pruning: Pruning
     counter: PruneCounter = field(default_factory=PruneCounter)
+    vpp: int = 1  # virtual pipeline chunks per stage (interleaved 1F1B); 1 = plain 1F1B
 
     @property
     def layer_kinds(self) -> tuple[LayerKind, ...]:
@@ -87,7 +88,13 @@ class Instance:
 
     @property
     def coefficients(self) -> tuple[float, float]:
-        return pipeline_coefficients(self.num_microbatches, 1)
+        return pipeline_coefficients(self.num_microbatches, self.vpp)
+
+    def in_flight(self, from_end: int) -> float:
+        """Micro-batches of activations held at peak by the ``from_end``-th stage counted from the last
+        (1 = last). Every solver reads the in-flight multiplier here, so the schedule's memory rule lives
+        in one place (:func:`hapmoe_milp.cost.pipeline.in_flight`)."""
+        return float(min(self.num_microbatches, from_end))
 
     @property
     def inventory(self) -> dict[str, int]:
@@ -122,7 +129,7 @@ class Instance:
                 op += edge.opt
                 fixed += edge.work
         st = self.settings
-        infl = min(self.num_microbatches, from_end)
+        infl = self.in_flight(from_end)
         y = (max(0.0, rs - bwd) if st.overlap_grad_reduce else rs) + (
             max(0.0, ag - fwd) if st.overlap_param_gather else ag
         )

@@ -103,8 +103,8 @@ class SubModel:
     def M(self) -> int:
         return self.inst.num_microbatches
 
-    def infl(self, k: int) -> int:
-        return min(self.M, k)
+    def infl(self, k: int) -> float:
+        return self.inst.in_flight(k)
 
     # per-option coefficients (floats; backends scale/round them) --------------------------------
     def time_kind(self, i: int, kind: LayerKind) -> float:

@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hapmoe_milp.plan import Plan
 
 Status = Literal["optimal", "feasible", "infeasible", "timeout"]
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """What a long search reports while it runs, so a front end can show it (the CLI draws it on stderr).
+
+    ``phase`` names the step (e.g. ``"build"``, ``"dp"``, ``"refine"``, ``"cpsat"``, ``"milp"``);
+    ``done``/``total`` count its units of work (instances, sub-models); ``best_s`` is the best iteration
+    time found so far (inf before any plan); ``bound_s`` the best proven lower bound (nan if none).
+    """
+
+    phase: str
+    done: int
+    total: int
+    best_s: float
+    elapsed_s: float
+    limit_s: float | None = None
+    bound_s: float = float("nan")
+
+
+Progress = Callable[[ProgressEvent], None]
 
 
 @dataclass(frozen=True)
