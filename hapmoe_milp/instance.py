@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from hapmoe_milp.config import RECOMPUTE_LEVELS, Family, ParallelConfig, Settings
 from hapmoe_milp.cost.model import CostModel, LayerCost
 from hapmoe_milp.cost.pipeline import in_flight, pipeline_coefficients
+from hapmoe_milp.plan import Plan, Stage
 from hapmoe_milp.space import PruneCounter, Pruning, configs, stage_sizes
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import LayerKind, ModelSpec
@@ -103,6 +104,24 @@ class Instance:
     def objective(self, taus: list[float], syncs: list[float]) -> float:
         a, b = self.coefficients
         return a * sum(taus) + b * max(taus) + max(syncs)
+
+    def make_plan(self, stages: tuple[Stage, ...]) -> Plan:
+        """The plan of ``stages`` under this instance's settings: every solver builds its plans here, so
+        a plan always carries exactly what it was solved under."""
+        st = self.settings
+        return Plan(
+            model=self.model.name,
+            cluster=self.cluster.name,
+            family=self.family,
+            stages=stages,
+            global_batch_size=st.global_batch_size,
+            seq_length=st.seq_length,
+            micro_batch_size=st.micro_batch_size,
+            vpp=self.vpp,
+            precision=st.precision,
+            imbalance=st.imbalance,
+            dispatcher=st.dispatcher,
+        )
 
     def p2p(self, src: Option, dst_device: str, dst_devices: int) -> float:
         return self.cost_model.p2p(src.device, src.cfg, src.b, dst_device, dst_devices)

@@ -279,19 +279,7 @@ def plan_from_label(label: Label, inst: Instance) -> Plan:
         o = lb.option
         stages.append(Stage(o.device, o.cfg, lb.start, lb.end, o.recompute))  # type: ignore[arg-type]
         lb = lb.parent
-    st = inst.settings
-    return Plan(
-        model=inst.model.name,
-        cluster=inst.cluster.name,
-        family=inst.family,
-        stages=tuple(stages),
-        global_batch_size=st.global_batch_size,
-        seq_length=st.seq_length,
-        micro_batch_size=st.micro_batch_size,
-        precision=st.precision,
-        imbalance=st.imbalance,
-        dispatcher=st.dispatcher,
-    )
+    return inst.make_plan(tuple(stages))
 
 
 def families(family: str) -> list[Family]:

@@ -500,25 +500,11 @@ Assignment = list[tuple[int, int, int]]  # per stage from first to last: (option
 
 
 def plan_of(sub: SubModel, assignment: Assignment) -> Plan:
-    """A Plan built like ``dp.plan_from_label`` does."""
-    inst = sub.inst
     stages = tuple(
         Stage(sub.options[i].device, sub.options[i].cfg, s, e, sub.options[i].recompute)  # type: ignore[arg-type]
         for i, s, e in assignment
     )
-    st = inst.settings
-    return Plan(
-        model=inst.model.name,
-        cluster=inst.cluster.name,
-        family=inst.family,
-        stages=stages,
-        global_batch_size=st.global_batch_size,
-        seq_length=st.seq_length,
-        micro_batch_size=st.micro_batch_size,
-        precision=st.precision,
-        imbalance=st.imbalance,
-        dispatcher=st.dispatcher,
-    )
+    return sub.inst.make_plan(stages)
 
 
 def assignment_of(sub: SubModel, plan: Plan) -> Assignment | None:
