@@ -119,7 +119,6 @@ FIRST_ARGS = edit_args(GOOD_FIRST)
 
 CASES: list[Case] = [
     # ---- structural
-    Case("rule_positive_sizes", replace(GOOD_MG, micro_batch_size=0)),
     Case("rule_stage_layers_contiguous", plan([12, 12], HB, G8, start=1)),
     Case("rule_layers_cover_model", plan([12, 8], HB, G8)),
     Case("rule_device_type_in_cluster", plan([12, 12], ["h800", "a100"], G8)),

@@ -108,22 +108,6 @@ def _v(rule_name: str, fld: str, msg: str, kind: Kind = "export") -> Violation:
 
 # ====================================================================== structural (any target)
 @rule(kind="plan", tier="structure")
-def rule_positive_sizes(ctx: Context) -> Iterator[Violation]:
-    p = ctx.plan
-    if not p.stages:
-        yield _v("rule_positive_sizes", "stages", "the plan has no stages", "plan")
-    for i, s in enumerate(p.stages):
-        for name in ("tp", "cp", "dp", "ep", "etp"):
-            if getattr(s.cfg, name) < 1:
-                yield _v(
-                    "rule_positive_sizes", f"stages[{i}].{name}", f"must be >= 1, got {getattr(s.cfg, name)}", "plan"
-                )
-    for name in ("global_batch_size", "seq_length", "micro_batch_size", "vpp"):
-        if getattr(p, name) < 1:
-            yield _v("rule_positive_sizes", name, f"must be >= 1, got {getattr(p, name)}", "plan")
-
-
-@rule(kind="plan", tier="structure")
 def rule_stage_layers_contiguous(ctx: Context) -> Iterator[Violation]:
     pos = 0
     for i, s in enumerate(ctx.plan.stages):

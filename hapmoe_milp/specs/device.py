@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hapmoe_milp.errors import SpecError
-from hapmoe_milp.specs._fields import Fields, load_document
+from hapmoe_milp.limits import MAX_DEVICES_PER_NODE
+from hapmoe_milp.specs._fields import Fields, check_name, load_document
 from hapmoe_milp.specs.tables import Table, table_from_fields
 
 PRIMITIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
@@ -104,7 +105,7 @@ class DeviceSpec:
 
 def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
     f = Fields(doc, source)
-    did = f.str_("id")
+    did = check_name(f.str_("id"), source, "id")  # device ids become host names in launch files
     peaks_f = f.sub("peak_tflops")
     assert peaks_f is not None
     peaks: dict[str, float] = {}
@@ -167,7 +168,7 @@ def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
         memory_gib=f.float_("memory_gib"),
         memory_bandwidth_GBps=f.float_("memory_bandwidth_GBps"),
         peak_tflops=peaks,
-        devices_per_node=f.int_("devices_per_node"),
+        devices_per_node=f.int_("devices_per_node", maximum=MAX_DEVICES_PER_NODE),
         intra=intra,
         nic_Gbps=f.float_("nic_Gbps"),
         gemm_efficiency=gemm,
