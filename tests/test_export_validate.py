@@ -32,6 +32,7 @@ MIX_MTP2 = replace(MIX, mtp_num_layers=2)
 MIX_TOP1 = replace(MIX, moe_router_topk=1)
 MIX_GQA12 = replace(MIX, num_attention_heads=48, num_query_groups=12, kv_channels=None)
 DENSE = CAT.model("llama-2-7b")
+MIX_PREFIX = replace(MIX, moe_layer_freq=(0, 0, *([1] * 22)))  # two dense layers first, like DeepSeek's
 
 
 def pc(tp: int = 1, cp: int = 1, dp: int = 1, ep: int = 1, etp: int = 1) -> ParallelConfig:
@@ -117,7 +118,19 @@ TIED_DP = plan([12, 12], HB, [pc(tp=2, dp=4, ep=2), pc(tp=2, dp=2, ep=2)], model
 LAYOUT_ARGS = edit_args(GOOD_MG)
 FIRST_ARGS = edit_args(GOOD_FIRST)
 
+PREFIX_SPLIT = plan(
+    [8, 6, 10], ["h800", "h800", "910b"], [pc(tp=4, ep=2), pc(tp=4, ep=2), pc(tp=2, dp=4, ep=2)], family="hetero", mbs=4
+)
+
 CASES: list[Case] = [
+    # ---- what estimate checks (plan.check_plan), for plans the named rules of the target let through
+    Case("rule_plan_invariants", replace(GOOD_FS, family="megatron"), "flagscale"),
+    Case(
+        "rule_offload_needs_dist_opt",
+        GOOD_MG,
+        kw={"settings": Settings(optimizer_offload=True, distributed_optimizer=False)},
+    ),
+    Case("rule_fs_single_stage_mesh_offset", PREFIX_SPLIT, "flagscale", model=MIX_PREFIX),
     # ---- structural
     Case("rule_stage_layers_contiguous", plan([12, 12], HB, G8, start=1)),
     Case("rule_layers_cover_model", plan([12, 8], HB, G8)),
