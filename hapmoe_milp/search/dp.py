@@ -23,7 +23,7 @@ from hapmoe_milp.config import Family, Settings
 from hapmoe_milp.errors import InfeasibleError
 from hapmoe_milp.instance import Instance, Option, StageEval, aligned, build_instances, groups
 from hapmoe_milp.plan import Plan, Stage
-from hapmoe_milp.search.solution import Solution
+from hapmoe_milp.search.solution import Progress, ProgressEvent, Solution
 from hapmoe_milp.space import PruneCounter, Pruning
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
@@ -300,6 +300,7 @@ def solve_dp(
     time_limit: float | None = None,
     instances: Iterable[Instance] | None = None,
     name: str = "dp",
+    progress: Progress | None = None,
 ) -> Solution:
     t0 = time.perf_counter()
     deadline = t0 + time_limit if time_limit else None
@@ -313,6 +314,7 @@ def solve_dp(
         insts = [i for fam in families(family) for i in build_instances(model, cluster, settings, fam, pr)]
         # megatron first (its plans bound the hetero search), larger micro-batch steps first
         insts.sort(key=lambda i: (i.family != "megatron", -i.samples_per_mb))
+    insts = list(insts)
     for inst in insts:
         n_inst += 1
         for rule, n in inst.counter.counts.items():
@@ -321,6 +323,8 @@ def solve_dp(
             if not _solve_group(inst, opts, best, counter, deadline):
                 complete = False
                 break
+        if progress is not None:
+            progress(ProgressEvent(name, n_inst, len(insts), best.value, time.perf_counter() - t0, time_limit))
         if not complete:
             break
     small = not (0 < pr.large_cluster < cluster.world_size)
