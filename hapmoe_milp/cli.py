@@ -72,6 +72,7 @@ FLAGS: dict[str, str] = {
     "target": "--target",
     "model": "--model",
     "cluster": "--cluster",
+    "x": "--x",
 }
 
 
@@ -295,7 +296,7 @@ def models(
 
     cat = STATE.catalog
     if name:
-        m = catalog_model(name, "name")
+        m = catalog_model(name, "NAME")
         d = m.summary()
         d["sources"] = list(m.sources)
         if m.official:
@@ -326,7 +327,7 @@ def clusters(
 
     cat = STATE.catalog
     if name:
-        c = catalog_cluster(name, "name")
+        c = catalog_cluster(name, "NAME")
         d = c.summary()
         d["groups"] = [
             {"device": g.device.id, "nodes": g.nodes, "devices_per_node": g.devices_per_node} for g in c.groups
@@ -360,7 +361,7 @@ def devices(
 
     cat = STATE.catalog
     if name:
-        dv = cat.device(name, "", "name")
+        dv = cat.device(name, "", "NAME")
         d = dv.summary()
         d["origin"] = dv.origin
         d["sources"] = list(dv.sources)
@@ -749,7 +750,7 @@ def export_cmd(
         check_choice("target", target, ("megatron", "flagscale"))
     check_output_dir(out, "--out")
     p, m, c = plan_with_specs(plan, model, cluster)
-    for f in export_plan(p, m, c, target, out):  # type: ignore[arg-type]
+    for f in export_plan(p, m, c, target, out, source=str(plan)):  # type: ignore[arg-type]
         typer.echo(str(f))
 
 

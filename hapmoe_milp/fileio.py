@@ -154,6 +154,9 @@ def write_files_atomic(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"cannot create the folder: {exc.strerror or exc}", source=str(out), field=field) from None
+    for name in files:
+        if (out / name).is_dir():
+            raise OutputError(f"{name} is a folder; remove it first (nothing was written)", source=str(out), field=field)
     staged: list[tuple[Path, Path]] = []
     try:
         for name, text in files.items():

@@ -516,7 +516,10 @@ def check_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, source: str =
         pos = s.layer_end
         if s.device not in cluster.inventory:
             raise bad(f"{fld}.device", f"device type {show(s.device)} is not in cluster {cluster.name}")
-        check_config(s.cfg, model, plan, cluster.node_size(s.device), f"{fld}")
+        try:
+            check_config(s.cfg, model, plan, cluster.node_size(s.device), f"{fld}")
+        except PlanError as exc:
+            raise exc.at(source=source, field=exc.field) from None
         if plan.samples_per_microbatch % s.cfg.dp:
             raise bad(
                 f"{fld}.dp",

@@ -89,15 +89,20 @@ def check_names(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> None:
 
 
 def export_files(
-    plan: Plan, model: ModelSpec, cluster: ClusterSpec, target: Target, out_dir: str | Path = "."
+    plan: Plan,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    target: Target,
+    out_dir: str | Path = ".",
+    source: str = "plan",
 ) -> dict[str, str]:
     """The files of an export, name -> text, after validating ``plan`` for ``target`` (nothing is written)."""
     if target not in TARGETS:
         raise ExportError(f"unknown target {target!r} (expected {' or '.join(TARGETS)})", field="--target")
     check_names(plan, model, cluster)
-    check(plan, model, cluster, target)
+    check(plan, model, cluster, target, source=source)
     for w in warnings(plan, model, cluster, target):
-        log.warning("%s", w)
+        log.warning("%s: %s", source, w)
     full = plan.with_specs(model, cluster)
     files: dict[str, str] = {"plan.json": full.to_json() + "\n"}
     if target == "megatron":
@@ -122,6 +127,7 @@ def export_plan(
     out_dir: str | Path,
     *,
     settings: Settings | None = None,
+    source: str = "plan",
 ) -> list[Path]:
     """Validate ``plan`` for ``target`` and write its launch files into ``out_dir``; returns the paths.
 
@@ -134,7 +140,7 @@ def export_plan(
     if settings is not None:
         plan = plan.with_settings(plan.settings(settings))
     out = Path(out_dir)
-    files = export_files(plan, model, cluster, target, out)
+    files = export_files(plan, model, cluster, target, out, source)
     scripts = [n for n in files if n.startswith("launch_node")]
     stale = _stale_scripts(out) if target == "megatron" else []
     written = write_files_atomic(out, files, executable=scripts, remove=stale, field="--out")

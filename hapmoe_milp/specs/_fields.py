@@ -29,14 +29,19 @@ MAX_DOCUMENT_VALUES = 1_000_000  # values a document may expand to (YAML aliases
 def show(v: Any, limit: int = 60) -> str:
     """``repr(v)`` cut to ``limit`` characters: an error message quotes the bad value, never megabytes of it
     (a YAML alias bomb is small on disk and huge when printed)."""
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother, r.maxlist, r.maxdict = 3, limit, limit, 6, 6
     try:
-        text = reprlib.Repr(maxlevel=3, maxstring=limit, maxother=limit, maxlist=6, maxdict=6).repr(v)
+        text = r.repr(v)
     except Exception:  # a value whose repr fails is still reported
         text = f"<{type(v).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-class _StrictLoader(yaml.SafeLoader):
+_SafeBase: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when built with it: ~10x faster
+
+
+class _StrictLoader(_SafeBase):  # type: ignore[misc,valid-type]
     """``yaml.safe_load`` that refuses duplicate keys (YAML's "last one wins" hides typos)."""
 
     def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
@@ -53,7 +58,7 @@ class _StrictLoader(yaml.SafeLoader):
                 if dup:
                     mark = key_node.start_mark
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {show(key)} (line {mark.line + 1})", mark
+                        None, None, f"duplicate key {show(key)}", mark
                     )
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
