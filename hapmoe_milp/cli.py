@@ -1017,12 +1017,21 @@ def run(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         return 130
-    except typer.TyperException as e:  # usage errors (typer vendors click: its exceptions derive from this)
-        return _usage_error(e)
     except BrokenPipeError:  # `hapmoe-milp models --json | head`
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep interpreter exit quiet
         return 0
+    except Exception as e:
+        if _is_usage_error(e):
+            return _usage_error(e)
+        raise
+
+
+def _is_usage_error(exc: BaseException) -> bool:
+    """Click's usage errors, whichever click raised them: recent typer vendors its own (typer._click) and
+    older typer uses the click package; both have ``format_message`` and an integer ``exit_code``. We never
+    import click itself -- it is not a dependency of ours, and may not be installed."""
+    return callable(getattr(exc, "format_message", None)) and isinstance(getattr(exc, "exit_code", None), int)
 
 
 def main(argv: list[str] | None = None) -> None:
