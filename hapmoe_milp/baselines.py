@@ -76,19 +76,7 @@ def _make_plan(
     stages: Sequence[Stage],
     vpp: int = 1,
 ) -> Plan:
-    return Plan(
-        model=model.name,
-        cluster=cluster.name,
-        family=family,  # type: ignore[arg-type]
-        stages=tuple(stages),
-        global_batch_size=settings.global_batch_size,
-        seq_length=settings.seq_length,
-        micro_batch_size=settings.micro_batch_size,
-        vpp=vpp,
-        precision=settings.precision,
-        imbalance=settings.imbalance,
-        dispatcher=settings.dispatcher,
-    )
+    return Plan.from_settings(model, cluster, family, tuple(stages), settings, vpp=vpp)  # type: ignore[arg-type]
 
 
 def _valid(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> bool:

@@ -253,9 +253,7 @@ DispatcherOpt = Annotated[
 ]
 FamilyOpt = Annotated[
     str,
-    typer.Option(
-        "--family", help="Plans to search: megatron (one mesh shape), hetero (per-stage meshes) or both."
-    ),
+    typer.Option("--family", help="Plans to search: megatron (one mesh shape), hetero (per-stage meshes) or both."),
 ]
 TimeLimitOpt = Annotated[
     float | None, typer.Option("--time-limit", help="Search time limit in seconds, > 0 (default 60).")
@@ -275,9 +273,7 @@ def _main(
         list[Path] | None,
         typer.Option("--devices-dir", help="Extra folder of device tables (e.g. profiled), searched first."),
     ] = None,
-    verbose: Annotated[
-        int, typer.Option("-v", "--verbose", count=True, help="Log to stderr: -v info, -vv debug.")
-    ] = 0,
+    verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="Log to stderr: -v info, -vv debug.")] = 0,
 ) -> None:
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr, force=True)
@@ -407,7 +403,9 @@ def knob_plan(
         cfg0 = ParallelConfig(tp=tp, cp=cp, ep=ep, etp=etp if etp is not None else tp)
     world = cluster.world_size
     if world % (cfg0.tp * pp * cfg0.cp):
-        raise PlanError(f"cluster has {world} devices, not divisible by tp*pp*cp = {cfg0.tp * pp * cfg0.cp}", field="--pp")
+        raise PlanError(
+            f"cluster has {world} devices, not divisible by tp*pp*cp = {cfg0.tp * pp * cfg0.cp}", field="--pp"
+        )
     g = world // pp
     with flags():
         cfg = ParallelConfig(tp=cfg0.tp, cp=cfg0.cp, dp=world // (cfg0.tp * pp * cfg0.cp), ep=cfg0.ep, etp=cfg0.etp)
@@ -934,9 +932,7 @@ def profile(
     collectives: Annotated[
         list[Path] | None, typer.Option("--collectives", help="JSON from hapmoe_milp.profiler.collectives.")
     ] = None,
-    nproc: Annotated[
-        int | None, typer.Option("--nproc", help="Also run local collectives with N processes.")
-    ] = None,
+    nproc: Annotated[int | None, typer.Option("--nproc", help="Also run local collectives with N processes.")] = None,
 ) -> None:
     """Measure this machine's device table with PyTorch (optional extra `profile`)."""
     from hapmoe_milp.fileio import check_output_dir

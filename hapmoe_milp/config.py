@@ -43,7 +43,9 @@ def check_int(name: str, v: Any, lo: int = 1, hi: int | None = None) -> int:
             word = "a positive integer" if lo == 1 else f"an integer >= {lo}"
         else:
             word = f"an integer from {lo} to {hi:,}"
-        got = str(v) if abs(v) < 10**18 else ("a number with more than 18 digits" if v > 0 else "a huge negative number")
+        got = (
+            str(v) if abs(v) < 10**18 else ("a number with more than 18 digits" if v > 0 else "a huge negative number")
+        )
         raise SettingsError(f"must be {word}, got {got}", field=name)
     return v
 
@@ -53,9 +55,7 @@ def _show(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_float(
-    name: str, v: Any, lo: float, hi: float, *, lo_open: bool = False, what: str = "a number"
-) -> float:
+def check_float(name: str, v: Any, lo: float, hi: float, *, lo_open: bool = False, what: str = "a number") -> float:
     """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
     if isinstance(v, bool) or not isinstance(v, int | float):
         try:

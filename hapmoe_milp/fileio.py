@@ -156,7 +156,9 @@ def write_files_atomic(
         raise OutputError(f"cannot create the folder: {exc.strerror or exc}", source=str(out), field=field) from None
     for name in files:
         if (out / name).is_dir():
-            raise OutputError(f"{name} is a folder; remove it first (nothing was written)", source=str(out), field=field)
+            raise OutputError(
+                f"{name} is a folder; remove it first (nothing was written)", source=str(out), field=field
+            )
     staged: list[tuple[Path, Path]] = []
     try:
         for name, text in files.items():

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import sys
 import stat
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -422,7 +422,11 @@ def test_null_vocab_probe_gives_the_model_vocabulary(tmp_path: Path, source: str
         d.mkdir(parents=True)
         (d / "null_tokenizer.py").write_text(source)
     out = subprocess.run(
-        [sys.executable, "-", str(tmp_path), "32000"], input=NULL_VOCAB_PROBE, capture_output=True, text=True, check=True
+        [sys.executable, "-", str(tmp_path), "32000"],
+        input=NULL_VOCAB_PROBE,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert int(out.stdout) == want
 

@@ -453,7 +453,10 @@ def test_megatron_core_rejects_offload_without_dist_opt_like_us() -> None:
 
     with pytest.raises(AssertionError, match="distributed optimizer"):
         OptimizerConfig(
-            optimizer="adam", bf16=True, optimizer_cpu_offload=True, use_precision_aware_optimizer=True,
+            optimizer="adam",
+            bf16=True,
+            optimizer_cpu_offload=True,
+            use_precision_aware_optimizer=True,
             use_distributed_optimizer=False,
         )
     plan = MEGATRON_PLANS[0][1]

@@ -29,8 +29,8 @@ from hapmoe_milp.export.megatron import (
 from hapmoe_milp.export.validate import Violation, check, warnings
 from hapmoe_milp.fileio import write_files_atomic
 from hapmoe_milp.plan import Plan
-from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs._fields import check_name
+from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
 
 log = logging.getLogger(__name__)

@@ -819,7 +819,9 @@ def rule_fs_single_stage_mesh_offset(ctx: Context) -> Iterator[Violation]:
         n = layers[m.first_stage].decoder
         want, built = decoder[st.layer_start : st.layer_start + n], decoder[:n]
         diff = sum(1 for a, b in zip(want, built) if a != b)
-        what = f"{diff} of its {n} layers would get the wrong kind (dense/MoE)" if diff else "layer numbers restart at 0"
+        what = (
+            f"{diff} of its {n} layers would get the wrong kind (dense/MoE)" if diff else "layer numbers restart at 0"
+        )
         if layers[m.first_stage].mtp and built[-1:] != want[-1:]:
             what += "; its MTP layers would copy the wrong layer kind"
         yield _v(

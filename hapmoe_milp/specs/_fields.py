@@ -57,9 +57,7 @@ class _StrictLoader(_SafeBase):  # type: ignore[misc,valid-type]
                     continue  # unhashable: the base class reports it
                 if dup:
                     mark = key_node.start_mark
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {show(key)}", mark
-                    )
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {show(key)}", mark)
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
 
@@ -108,7 +106,7 @@ def _expanded_size(doc: Any) -> int:
 def parse_text(text: str, source: str, kind: str) -> Any:
     """Parse YAML or JSON text strictly; every syntax problem becomes a one-line SpecError."""
     try:
-        doc = strict_json_loads(text) if kind == "JSON" else yaml.load(text, Loader=_StrictLoader)  # noqa: S506
+        doc = strict_json_loads(text) if kind == "JSON" else yaml.load(text, Loader=_StrictLoader)
     except (yaml.YAMLError, ValueError, RecursionError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
@@ -215,9 +213,7 @@ class Fields:
             raise self.err(key, f"must be true or false, got {show(v)}")
         return v
 
-    def int_(
-        self, key: str, default: Any = _MISSING, *, minimum: int | None = 1, maximum: int | None = None
-    ) -> Any:
+    def int_(self, key: str, default: Any = _MISSING, *, minimum: int | None = 1, maximum: int | None = None) -> Any:
         v = self.raw(key, default)
         if v is default and default is not _MISSING:
             return v

@@ -124,7 +124,9 @@ def check_size(groups: list[NodeGroup], source: str | None, fld: str) -> None:
     """The cluster caps (``limits.py``): a cluster this large is a typo, and would take the space builder
     minutes before the search's time limit even starts."""
     if len(groups) > MAX_GROUPS:
-        raise SpecError(f"{len(groups)} node groups exceed the supported maximum of {MAX_GROUPS}", source=source, field=fld)
+        raise SpecError(
+            f"{len(groups)} node groups exceed the supported maximum of {MAX_GROUPS}", source=source, field=fld
+        )
     total = sum(g.devices for g in groups)
     if total > MAX_DEVICES:
         raise SpecError(
@@ -205,7 +207,8 @@ def parse_inline(text: str, resolve_device: DeviceResolver) -> ClusterSpec:
             raise SpecError(f"device count must be positive in {show(part)}", field="--cluster")
         if count > MAX_DEVICES:
             raise SpecError(
-                f"{show(part)}: more than the supported maximum of {MAX_DEVICES:,} devices per cluster", field="--cluster"
+                f"{show(part)}: more than the supported maximum of {MAX_DEVICES:,} devices per cluster",
+                field="--cluster",
             )
         dev = resolve_device(did, "--cluster", part)
         dpn = dev.devices_per_node

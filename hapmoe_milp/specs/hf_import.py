@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from hapmoe_milp.errors import SpecError
-from hapmoe_milp.specs._fields import Fields, load_document
 from hapmoe_milp.limits import MAX_LAYERS
+from hapmoe_milp.specs._fields import Fields, load_document
 from hapmoe_milp.specs.model import ModelSpec, TrainingDefaults, validate_model
 
 SUPPORTED = (
