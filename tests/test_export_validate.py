@@ -122,7 +122,21 @@ PREFIX_SPLIT = plan(
     [8, 6, 10], ["h800", "h800", "910b"], [pc(tp=4, ep=2), pc(tp=4, ep=2), pc(tp=2, dp=4, ep=2)], family="hetero", mbs=4
 )
 
+OFFLOAD_MG = GOOD_MG.with_settings(GOOD_MG.settings().with_(optimizer_offload=True))
+OFFLOAD_FS = GOOD_FS.with_settings(GOOD_FS.settings().with_(optimizer_offload=True))
+
 CASES: list[Case] = [
+    Case(
+        "rule_offload_flags",
+        OFFLOAD_MG,
+        kw={"args": edit_args(OFFLOAD_MG)(drop=("--optimizer-cpu-offload", "--use-precision-aware-optimizer"))},
+    ),
+    Case(
+        "rule_fs_offload_keys",
+        OFFLOAD_FS,
+        "flagscale",
+        kw={"fs_config": edit_fs(OFFLOAD_FS, MIX, lambda c: c["system"].pop("optimizer_cpu_offload"))},
+    ),
     # ---- what estimate checks (plan.check_plan), for plans the named rules of the target let through
     Case("rule_plan_invariants", replace(GOOD_FS, family="megatron"), "flagscale"),
     Case(
@@ -404,6 +418,14 @@ def test_rule_exportable_is_the_safety_net(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(sys.modules["hapmoe_milp.export.validate"], "megatron_args", boom)
     found = validate(GOOD_MG, MIX, C16, "megatron")
     assert found == [Violation("rule_exportable", "plan", "cannot express this", "export")]
+
+
+def test_offload_plans_validate_with_their_own_exports() -> None:
+    assert validate(OFFLOAD_MG, MIX, C16, "megatron") == []
+    assert validate(OFFLOAD_FS, MIX, C16, "flagscale") == []
+    # a plan that does not offload, checked against arguments that do
+    args = megatron_args(OFFLOAD_MG, MIX, C16)
+    assert "rule_offload_flags" in {v.rule for v in validate(GOOD_MG, MIX, C16, "megatron", args=args)}
 
 
 def test_args_text_is_accepted() -> None:

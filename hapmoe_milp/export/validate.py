@@ -13,8 +13,13 @@ Three tiers, run in order:
   FlagScale's ``pre_validate_args`` / ``ParallelContext`` (§5.1, anchors.md §2.6) would fail on, plus the
   ones FlagScale's own checks miss (EP all-or-none, device types grouped).
 
-``validate`` returns every violation; ``check`` raises on the first (PlanError for a plan that no target
-can run, ExportError for one the chosen target cannot express).
+Between the plan and artifact tiers, ``rule_plan_invariants`` runs everything ``plan.check_plan`` checks
+(what ``estimate`` runs) when no named rule fired, so a plan valid for any target is one ``estimate``
+accepts. Rules with ``severity="warning"`` (e.g. FlagScale's layer offset 0 for a single-stage mesh) flag a
+plan that runs, but not as planned; they never fail ``check``.
+
+``validate`` returns every violation; ``check`` raises on the first error (PlanError for a plan that no
+target can run, ExportError for one the chosen target cannot express).
 """
 
 from __future__ import annotations
@@ -553,6 +558,29 @@ def rule_recompute_flags(ctx: Context) -> Iterator[Violation]:
             yield _v("rule_recompute_flags", f, f"gives recompute {got!r}, the plan has {want!r}")
 
 
+@rule("megatron", tier="artifact")
+def rule_offload_flags(ctx: Context) -> Iterator[Violation]:
+    """The arguments keep optimizer states where the plan was priced (host memory or device)."""
+    a = _a(ctx)
+    want, have = ctx.settings.optimizer_offload, bool(a.get("optimizer_cpu_offload"))
+    if want and not have:
+        yield _v(
+            "rule_offload_flags",
+            "--optimizer-cpu-offload",
+            "is missing: the plan keeps optimizer states in host memory (it was priced, and may only fit, that way)",
+        )
+    elif have and not want:
+        yield _v(
+            "rule_offload_flags", "--optimizer-cpu-offload", "is set, but the plan keeps optimizer states on the device"
+        )
+    if have and not a.get("use_precision_aware_optimizer"):
+        yield _v(
+            "rule_offload_flags",
+            "--use-precision-aware-optimizer",
+            "is required with --optimizer-cpu-offload (validate_args)",
+        )
+
+
 def _layout(ctx: Context) -> str | None:
     v = _a(ctx).get("pipeline_model_parallel_layout")
     return None if v is None else str(v)
@@ -930,6 +958,20 @@ def rule_fs_standalone_embedding_off(ctx: Context) -> Iterator[Violation]:
             "rule_fs_standalone_embedding_off",
             "system.hetero.standalone_embedding_stage",
             "must be false with process meshes (pre_validate_args)",
+        )
+
+
+@rule("flagscale", tier="artifact")
+def rule_fs_offload_keys(ctx: Context) -> Iterator[Violation]:
+    assert ctx.fs is not None
+    system = ctx.fs.get("system", {})
+    want, have = ctx.settings.optimizer_offload, bool(system.get("optimizer_cpu_offload"))
+    if want != have or (have and not system.get("use_precision_aware_optimizer")):
+        yield _v(
+            "rule_fs_offload_keys",
+            "system.optimizer_cpu_offload",
+            f"is {have} with use_precision_aware_optimizer {bool(system.get('use_precision_aware_optimizer'))}; the "
+            f"plan {'offloads' if want else 'does not offload'} optimizer states (both keys true when it does)",
         )
 
 
