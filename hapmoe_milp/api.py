@@ -177,27 +177,31 @@ def timeout_hint(sol: Solution, limit: float | None) -> str:
 def idle_warning(sol: Solution, cluster: ClusterSpec) -> str | None:
     """A warning when the model's default global batch leaves a large cluster mostly idle.
 
-    With too few samples per iteration a large cluster can only be used through deep pipelines with few
-    micro-batches (a bubble of (PP - 1) / (M + PP - 1)) or by leaving devices out; e.g. DeepSeek-V3 on 2048
-    GPUs with the default GBS 256 reaches an MFU of about 18%. Either is said, with the numbers."""
+    Too few sequences per iteration for the devices (DeepSeek-V3 on 2048 GPUs with its default GBS 256:
+    an eighth of a sequence per device, MFU about 18%), a deep pipeline with few micro-batches (a bubble of
+    (PP - 1) / (M + PP - 1)), or devices the plan leaves out: whichever apply are said, with the numbers."""
     plan = sol.plan
-    if plan is None or cluster.world_size < LARGE_CLUSTER:
+    world = cluster.world_size
+    if plan is None or world < LARGE_CLUSTER:
         return None
-    m, pp = plan.num_microbatches, plan.pp
+    gbs, m, pp = plan.global_batch_size, plan.num_microbatches, plan.pp
     bubble = (pp - 1) / (m + pp - 1)
-    idle = cluster.world_size - plan.devices_used
-    if bubble < 0.25 and idle < 0.1 * cluster.world_size:
+    idle = world - plan.devices_used
+    why = []
+    if idle >= 0.1 * world:
+        why.append(f"{idle} of {world} devices idle")
+    if gbs < world:
+        why.append(f"{gbs} sequences per iteration for {world} devices ({gbs / world:.3g} per device)")
+    if bubble >= 0.25:
+        why.append(f"{m} micro-batches over {pp} pipeline stages (pipeline bubble {100 * bubble:.0f}%)")
+    if not why:
         return None
     mfu = plan.predicted.get("mfu")
-    mfu_text = f", MFU {100 * mfu:.0f}%" if isinstance(mfu, float) else ""
-    why = (
-        f"{idle} of {cluster.world_size} devices idle"
-        if idle >= 0.1 * cluster.world_size
-        else f"{m} micro-batches over {pp} pipeline stages (pipeline bubble {100 * bubble:.0f}%)"
-    )
+    mfu_text = f"; MFU {100 * mfu:.0f}%" if isinstance(mfu, float) else ""
+    suggest = gbs * max(2, -(-world // gbs))
     return (
-        f"the model's default global batch {plan.global_batch_size} is small for {cluster.world_size} devices: "
-        f"{why}{mfu_text}; a larger --gbs (e.g. {plan.global_batch_size * 8}) would use the cluster better"
+        f"the model's default global batch {gbs} is small for {world} devices: {'; '.join(why)}{mfu_text}. "
+        f"A larger --gbs (e.g. {suggest}) would use the cluster better"
     )
 
 

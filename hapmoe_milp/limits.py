@@ -9,7 +9,9 @@ with a one-line error naming the field and the cap; the README lists them.
 from __future__ import annotations
 
 # model
-MAX_LAYERS = 10_000  # decoder + MTP layers of a model
+# decoder + MTP layers of a model: the deepest catalog model has 94; at 1,024 the plan space of a 16-device
+# cluster takes ~0.5 GB and seconds to build (10,000 took 4 GB and 40 s on a busy 2-core machine)
+MAX_LAYERS = 1_024
 MAX_HIDDEN_SIZE = 1 << 20  # hidden / FFN / expert widths
 MAX_HEADS = 1 << 16  # attention heads and query groups
 MAX_EXPERTS = 1 << 16  # routed experts

@@ -215,6 +215,7 @@ def test_idle_cluster_warning(monkeypatch):
     plan = sol.plan.with_predicted({**sol.plan.predicted, "mfu": 0.18})
     msg = api.idle_warning(Solution("dp", "feasible", plan, 1.0, 1.0, 0.0), big)
     assert msg and f"{2048 - plan.devices_used} of 2048 devices idle" in msg and "MFU 18%" in msg and "--gbs" in msg
+    assert "256 sequences per iteration for 2048 devices (0.125 per device)" in msg
     assert api.idle_warning(sol, c) is None  # a small cluster is never warned about
     # a deep pipeline with few micro-batches on a cluster it fills: the bubble is named
     monkeypatch.setattr(api, "LARGE_CLUSTER", 16)
@@ -260,3 +261,21 @@ def test_plan_file_needs_no_model_or_cluster_and_says_which_wins(tmp_path, capsy
     code, out, err = _in_process(["estimate", "--plan", str(plan), "--imbalance", "1.5", "--json"], capsys)
     assert code == 0 and "note: evaluating under --imbalance 1.5" in err
     assert json.loads(out)["iteration_time_s"] > objective
+
+
+@pytest.mark.slow
+def test_deepseek_v3_on_2048_gpus_with_the_default_batch_is_warned_about(caplog):
+    """The issue's example: DeepSeek-V3 on 2048 H800 with its default global batch 256 plans at MFU ~18%."""
+    import logging
+
+    from hapmoe_milp.api import solve
+
+    with caplog.at_level(logging.WARNING, logger="hapmoe_milp.api"):
+        sol = solve("deepseek-v3", "2048-h800", time_limit=30)
+    msg = " ".join(r.getMessage() for r in caplog.records)
+    assert "default global batch 256 is small for 2048 devices" in msg and "--gbs" in msg
+    assert sol.plan.predicted["mfu"] < 0.3
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hapmoe_milp.api"):
+        solve("deepseek-v3", "2048-h800", time_limit=30, global_batch_size=256)
+    assert not caplog.records  # a batch the user chose is not second-guessed

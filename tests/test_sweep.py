@@ -459,7 +459,7 @@ def _children(pid: int) -> list[int]:
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
-                fields = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
             if int(fields[1]) == pid:
@@ -469,7 +469,7 @@ def _children(pid: int) -> list[int]:
 
 def _alive(pid: int) -> bool:
     try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
     return state not in ("Z", "X")
