@@ -158,75 +158,6 @@ def devices(
 
 
 # ---------------------------------------------------------------------- estimate
-def _knob_plan(
-    model: Any,
-    cluster: Any,
-    tp: int,
-    pp: int,
-    cp: int,
-    ep: int,
-    etp: int | None,
-    vpp: int,
-    mbs: int,
-    gbs: int,
-    seq: int,
-    recompute: str,
-    layout: str | None,
-    dispatcher: str,
-    precision: str,
-    imbalance: float,
-) -> Any:
-    from hapmoe_milp.config import ParallelConfig
-    from hapmoe_milp.export.megatron import layout_problems, layout_rank_layers, parse_layout
-    from hapmoe_milp.plan import Plan, Stage
-
-    world = cluster.world_size
-    if world % (tp * pp * cp):
-        raise PlanError(f"cluster has {world} devices, not divisible by tp*pp*cp = {tp * pp * cp}", field="--pp")
-    g = world // pp
-    cfg = ParallelConfig(tp=tp, cp=cp, dp=world // (tp * pp * cp), ep=ep, etp=etp if etp is not None else tp)
-    # stage s takes ranks [s*g, (s+1)*g) in the cluster's group order; it must be one device type
-    kinds: list[str] = []
-    for grp in cluster.groups:
-        kinds += [grp.device.id] * grp.devices
-    n_layers = len(model.layer_kinds)
-    if layout:
-        problems = layout_problems(layout, pp, model.num_layers, model.mtp_num_layers)
-        if problems:
-            raise PlanError(f"{layout!r}: {problems[0]}", field="--layout")
-        counts = [r.total for r in layout_rank_layers(layout, pp)]
-        vpp = len(parse_layout(layout)) // pp
-    else:
-        if n_layers % pp:
-            raise PlanError(f"{n_layers} layers do not split evenly over pp={pp}; give --layout", field="--pp")
-        counts = [n_layers // pp] * pp
-    stages = []
-    pos = 0
-    for s in range(pp):
-        types = set(kinds[s * g : (s + 1) * g])
-        if len(types) != 1:
-            raise PlanError(
-                f"pipeline stage {s} (ranks {s * g}-{(s + 1) * g - 1}) spans device types {sorted(types)}; "
-                "choose pp so that stages align with the cluster's groups",
-                field="--pp",
-            )
-        stages.append(Stage(types.pop(), cfg, pos, pos + counts[s], recompute))  # type: ignore[arg-type]
-        pos += counts[s]
-    return Plan(
-        model=model.name,
-        cluster=cluster.name,
-        family="megatron",
-        stages=tuple(stages),
-        global_batch_size=gbs,
-        seq_length=seq,
-        micro_batch_size=mbs,
-        vpp=vpp,
-        precision=precision,
-        imbalance=imbalance,
-        dispatcher=dispatcher,
-    )
-
-
 @app.command()
 def estimate(
     model: Annotated[str, typer.Option("--model", "-m", help="catalog name or path")],
@@ -257,6 +188,7 @@ def estimate(
     """Predict iteration time, throughput, MFU and memory of one plan."""
     from hapmoe_milp import render
     from hapmoe_milp.api import estimate_plan, make_settings
+    from hapmoe_milp.knobs import plan_from_knobs
     from hapmoe_milp.plan import check_plan, load_plan
 
     if recompute not in ("none", "selective", "full"):
@@ -282,7 +214,7 @@ def estimate(
         p = load_plan(plan)
         check_plan(p, m, c, str(plan))
     else:
-        p = _knob_plan(
+        p = plan_from_knobs(
             m,
             c,
             tp,
@@ -712,6 +644,89 @@ def compare_profile(
     typer.echo(format_rows(rows))
     for k, v in summarize_rows(rows).items():
         typer.echo(f"{k}: geometric-mean ratio {v:.3f}")
+
+
+# ---------------------------------------------------------------------- calibration
+@app.command()
+def calibrate(
+    runs: Annotated[Path, typer.Argument(help="measured runs (YAML with a runs: list, or CSV)")],
+    device: Annotated[str, typer.Option("--device", help="device table to fit (its runs are those that use it)")],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="folder for the calibrated table (default: the catalog's devices-calibrated)"),
+    ] = None,
+    params: Annotated[
+        str | None, typer.Option("--params", help="comma-separated runtime terms to fit (default: the usual set)")
+    ] = None,
+    loo: Annotated[bool, typer.Option("--loo/--no-loo", help="leave-one-out cross-validated error")] = True,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Fit a device table's runtime terms to measured runs and write it with provenance `calibrated`."""
+    from hapmoe_milp import __version__, render
+    from hapmoe_milp.calibration import DEFAULT_FIT, summarize
+    from hapmoe_milp.calibration import calibrate as run_calibration
+
+    names = [n.strip() for n in params.split(",") if n.strip()] if params else list(DEFAULT_FIT)
+    cat = STATE.catalog
+    res = run_calibration(
+        runs, device, catalog=cat, params=names, out=out or cat.calibrated_dir, loo=loo, version=__version__
+    )
+    after = summarize(res.before, res.fit.errors)
+    before = res.summary_before()
+    loo_s = res.summary_loo()
+    if as_json:
+        _echo_json(
+            {
+                "device": res.device,
+                "path": res.path,
+                "parameters": [p.to_dict() for p in res.fit.params],
+                "runs": [
+                    {**b.to_dict(), "error_after": e, **({"error_loo": lo} if res.loo else {})}
+                    for b, e, lo in zip(res.before, res.fit.errors, res.loo or res.fit.errors, strict=True)
+                ],
+                "before": before.to_dict(),
+                "after": after.to_dict(),
+                "leave_one_out": loo_s.to_dict() if loo_s else None,
+            }
+        )
+        return
+    con = render.console()
+    con.print(render.params_table(res.fit.params, f"{res.device}: fitted runtime terms"))
+    con.print(render.calibration_runs_table(res.before, res.fit.errors, res.loo))
+    line = (
+        f"MAPE before {before.mape:.1%} (worst {before.worst:.1%}) -> after {after.mape:.1%} (worst {after.worst:.1%})"
+    )
+    if loo_s is not None:
+        line += f" | leave-one-out {loo_s.mape:.1%} (worst {loo_s.worst:.1%}, {loo_s.worst_id})"
+    typer.echo(line)
+    typer.echo(f"wrote {res.path}")
+
+
+@app.command()
+def fidelity(
+    runs: Annotated[Path, typer.Argument(help="measured runs (YAML with a runs: list, or CSV)")],
+    device: Annotated[str | None, typer.Option("--device", help="only runs that use this device type")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Predicted vs measured step time per run, with the error and the cost breakdown."""
+    from hapmoe_milp import render
+    from hapmoe_milp.calibration import load_runs, predict, prepare, runs_for, summarize
+
+    cat = STATE.catalog
+    prepared = [prepare(r, cat) for r in load_runs(runs)]
+    if device is not None:
+        prepared = runs_for(cat.device(device).id, prepared)
+    results = [predict(r) for r in prepared]
+    summary = summarize(results)
+    if as_json:
+        _echo_json({"runs": [r.to_dict() for r in results], "summary": summary.to_dict()})
+        return
+    con = render.console()
+    con.print(render.fidelity_table(results))
+    typer.echo(
+        f"{summary.runs} runs: MAPE {summary.mape:.1%}, worst {summary.worst:.1%} ({summary.worst_id}), "
+        f"mean error {summary.bias:+.1%}; same-model pairs ranked right {summary.pairs_agree}/{summary.pairs}"
+    )
 
 
 def main() -> None:

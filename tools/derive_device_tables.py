@@ -75,6 +75,14 @@ LIMULIDAE = "https://github.com/gameofdimension/limulidae"
 HETERMOE = "https://arxiv.org/abs/2504.03871"
 RTX_PCIE_NCCL = "https://github.com/NVIDIA/nccl/issues/1639"
 AMD_XGMI_BLOG = "https://rocm.blogs.amd.com/software-tools-optimization/mi300x-rccl-xgmi/README.html"
+AZURE_H100 = "https://github.com/Azure/AI-benchmarking-guide/blob/8fd0c6e1bd/Azure_Results/ND_H100_v5_results.md"
+AZURE_MI300X = (
+    "https://github.com/samuel-bohman/AI-benchmarking-guide/blob/3de0c294fd/Azure_Results/ND_MI300X_v5_results.md"
+)
+DEEPEP = "https://github.com/deepseek-ai/DeepEP/blob/dd758caf45/docs/legacy.md"
+HYBRID_EP = "https://github.com/deepseek-ai/DeepEP/blob/94a9f8f6b1/docs/README_Hybrid-EP.md"
+MORI = "https://github.com/ROCm/mori/blob/05bb5f4048/README.md"
+GROUPED_GEMM_PR = "https://github.com/tgale96/grouped_gemm/pull/37"
 
 
 # --------------------------------------------------------------------------------------------- anchors
@@ -127,6 +135,7 @@ class Device:
     intra_busbw: dict[str, A]
     devices_per_node: A = field(default_factory=lambda: src(8, "8 devices per node (HGX/OAM/Atlas baseboard)"))
     extra_assumptions: tuple[str, ...] = ()
+    runtime: dict[str, A] = field(default_factory=dict)  # overrides of default_runtime() with sourced anchors
 
 
 # ----------------------------------------------------------------------------- shared anchor builders
@@ -239,11 +248,21 @@ def devices() -> list[Device]:
             eta_gemm=src(0.79, f"large BF16 GEMM 783.7-789.2 TFLOP/s = 0.79-0.80 of 989.4 ({TPD})"),
             attn_knots=HOPPER_ATTN[0],
             attn_basis=HOPPER_ATTN[1],
-            memory_bound_efficiency=asm(0.8, "assumed: elementwise kernels reach 0.8 of HBM bandwidth"),
+            memory_bound_efficiency=der(
+                0.87, f"STREAM Copy 2.90 TB/s of 3.35 TB/s on Azure ND H100 v5 ({AZURE_H100}; calibration row 82)"
+            ),
             intra_busbw=switch_intra(
                 450,
                 src(370, "8-GPU ring all-reduce busbw 365-370 GB/s (nccl-tests #212, nccl #1455)"),
             ),
+            runtime={
+                "flex_inter_GBps": der(
+                    48.0,
+                    f"HybridEP on H100 + IB at 16 ranks: BF16 dispatch 57.7, combine 57.0 GB/s algorithm bandwidth "
+                    f"({HYBRID_EP}; calibration rows 16-18); with two nodes nearly every token crosses once, so this "
+                    "is one 400G NIC's ~48 GB/s (nccl-tests #267)",
+                ),
+            },
         )
     )
 
@@ -281,7 +300,17 @@ def devices() -> list[Device]:
             eta_gemm=asm(0.79, f"assumed equal to H100 SXM (0.79-0.80 measured, {TPD}); no public H800 number"),
             attn_knots=HOPPER_ATTN[0],
             attn_basis=HOPPER_ATTN[1],
-            memory_bound_efficiency=asm(0.8, "assumed: elementwise kernels reach 0.8 of HBM bandwidth"),
+            memory_bound_efficiency=der(
+                0.87, f"as H100 (same HBM3 system): STREAM Copy 2.90 of 3.35 TB/s ({AZURE_H100})"
+            ),
+            runtime={
+                "flex_intra_GBps": src(
+                    155.0, f"DeepEP normal kernels, intranode EP8: dispatch 153, combine 158 GB/s NVLink ({DEEPEP})"
+                ),
+                "flex_inter_GBps": src(
+                    50.0, f"DeepEP normal kernels, internode EP16/32/64: 43/58/51 GB/s RDMA dispatch ({DEEPEP})"
+                ),
+            },
             intra_busbw=switch_intra(
                 200,
                 asm(160, "assumed: ring all-reduce busbw = 0.8 x 200 GB/s (215 measured in nccl #1374 is likely NVLS)"),
@@ -452,6 +481,13 @@ def devices() -> list[Device]:
                 900,
                 asm(720, "assumed: ring all-reduce busbw = 0.8 x 900 GB/s per-device NVLink; no public number cited"),
             ),
+            runtime={
+                "flex_intra_GBps": src(
+                    600.0,
+                    f"DeepEP on B200 EP8 (48 SMs): BF16 dispatch 646, combine 586 GB/s; HybridEP (16 SMs) 536/531 "
+                    f"({HYBRID_EP}; calibration rows 19-21)",
+                ),
+            },
         )
     )
 
@@ -671,13 +707,21 @@ def devices() -> list[Device]:
                 "assumed: CK flash-attention on MI300X forward rises from ~0.25 of dense peak at 512 tokens to "
                 "~0.40 at >= 8K tokens"
             ),
-            memory_bound_efficiency=asm(0.7, "assumed: elementwise kernels reach 0.7 of HBM bandwidth"),
+            memory_bound_efficiency=der(
+                0.78, f"STREAM Copy 4.11 TB/s of 5.3 TB/s on Azure ND MI300X v5 ({AZURE_MI300X}; calibration row 83)"
+            ),
             intra_busbw={
                 **{
                     p: asm(0.65 * 336, f"assumed: {p.replace('_', '-')} busbw = 0.65 x 336 GB/s usable (mesh factor)")
                     for p in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
                 },
                 "p2p": asm(0.65 * 48, "assumed: p2p = 0.65 x 48 GB/s usable single xGMI link"),
+            },
+            runtime={
+                "flex_intra_GBps": src(315.0, f"MORI-EP EP8 on MI300X: dispatch 307, combine 330 GB/s XGMI ({MORI})"),
+                "flex_inter_GBps": src(
+                    55.0, f"MORI-EP EP16 on MI300X + CX7: dispatch 63, combine 49 GB/s RDMA ({MORI})"
+                ),
             },
         )
     )
@@ -830,6 +874,57 @@ def _fmt(v: float) -> str:
     return f"{v:g}"
 
 
+RUNTIME_NOTE = (
+    "named runtime terms (hapmoe_milp/specs/runtime.py): host launch and sync costs, grouped-GEMM and attention "
+    "scale factors, achieved HBM fraction, token-dispatch bandwidths per dispatcher and link class, overlap shares"
+)
+
+
+def default_runtime(dev: Device) -> dict[str, A]:
+    """Runtime terms from the device's own anchors and stated assumptions (override per device with sources)."""
+    nic = dev.nic_Gbps.value / 8.0
+    per_dev = dev.per_device_GBps.value
+    return {
+        "launch_us": asm(
+            6.0, "assumed: PyTorch eager dispatch + driver launch ~5-10 us per kernel on a current server CPU"
+        ),
+        "sync_us": asm(50.0, "assumed: device-to-host copy latency plus draining the host's run-ahead queue"),
+        "gemm_scale": der(1.0, "1 = the derived gemm_efficiency curve as tabulated"),
+        "grouped_rows_half": der(
+            512.0,
+            "grouped expert GEMM on H100 (128 experts, K=2048, N=1536, 65536 tokens, CUTLASS SM90 cooperative) ran "
+            f"at 160.5 TFLOP/s = 0.16 of peak vs 0.79 dense ({GROUPED_GEMM_PR}; calibration rows 71-73); the rows per "
+            "expert it implies (128-2000) depend on how its token count is read, so the prior sits in between and "
+            "calibration decides",
+        ),
+        "attention_scale": der(1.0, "1 = the attention efficiency curves as tabulated"),
+        "memory_efficiency": dev.memory_bound_efficiency,
+        "a2a_intra_GBps": der(
+            dev.intra_busbw["all_to_all"].value, "= the intra-node all-to-all busbw anchor (NCCL all_to_all_single)"
+        ),
+        "a2a_inter_GBps": der(
+            INTER_FACTOR["all_to_all"] * nic,
+            f"= {INTER_FACTOR['all_to_all']:g} x NIC GB/s: NCCL all-to-all cannot aggregate NICs, one NIC's rate "
+            "(nccl-tests #267)",
+        ),
+        "flex_intra_GBps": asm(
+            0.75 * per_dev,
+            f"assumed: DeepEP-class dispatch at 0.75 x {per_dev:g} GB/s per-device scale-up link (DeepEP reaches "
+            "153-158 of 200 GB/s on H800, 646 of 900 on B200)",
+        ),
+        "flex_inter_GBps": asm(
+            0.95 * nic, f"assumed: DeepEP-class internode dispatch at 0.95 x {nic:g} GB/s NIC (43-58 GB/s on 50 GB/s)"
+        ),
+        "ep_latency_us": der(
+            40.0,
+            f"small-batch (128-token) EP8 dispatch latency 35 us (MORI, {MORI}) to 77 us (DeepEP low-latency, {DEEPEP})",
+        ),
+        "ep_overlap": asm(0.5, "assumed: half of EP communication hidden when EP overlap is on, until calibrated"),
+        "p2p_exposed": asm(1.0, "assumed: pipeline send/receive not hidden (1F1B waits on its batched p2p)"),
+        "dp_overlap": asm(1.0, "assumed: gradient reduce-scatter hides behind the whole last backward"),
+    }
+
+
 def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
     """Return (document, header comment lines) for one device."""
     peak = dev.peak_basis.value
@@ -882,7 +977,6 @@ def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
         "attention_bwd_efficiency": _table(
             SEQ_X, attn_b, "tokens", "fraction_of_peak", f"backward = {ATTN_BWD_FACTOR:g} x forward"
         ),
-        "memory_bound_efficiency": dev.memory_bound_efficiency.value,
         "collectives": {
             "note": "nccl-tests bus bandwidth (busbw) per rank vs message bytes per rank; inter = same device type",
             "intra": intra,
@@ -909,7 +1003,9 @@ def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
     add("intra_node.per_pair_GBps", dev.per_pair_GBps)
     add("nic_Gbps", dev.nic_Gbps)
     add("eta_gemm (large-GEMM fraction of peak)", dev.eta_gemm)
-    add("memory_bound_efficiency", dev.memory_bound_efficiency)
+    runtime = {**default_runtime(dev), **dev.runtime}
+    for name, a in runtime.items():
+        add(f"runtime.{name}", a)
     for p in PRIMITIVES:
         add(f"intra {p} large-message busbw B", dev.intra_busbw[p])
     assumptions += [
@@ -946,6 +1042,7 @@ def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
         },
         "nic_Gbps": float(dev.nic_Gbps.value),
         "assumptions": assumptions,
+        "runtime": {"note": RUNTIME_NOTE, **{k: float(sig(a.value)) for k, a in runtime.items()}},
         "tables": tables,
     }
 
@@ -965,7 +1062,7 @@ def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
         f"    inter (alpha = {ALPHA_INTER_S * 1e6:g} us, NIC {_fmt(dev.nic_Gbps.value)} Gb/s = {_fmt(nic_GBps)} GB/s):",
         "      "
         + ", ".join(f"{p} B={INTER_FACTOR[p]:g}xNIC={_fmt(sig(INTER_FACTOR[p] * nic_GBps))}" for p in PRIMITIVES),
-        f"  memory_bound_efficiency = {dev.memory_bound_efficiency.value:g}.",
+        "  runtime: " + ", ".join(f"{k} = {_fmt(sig(a.value))}" for k, a in runtime.items()) + ".",
         "All tables clamp outside their x range; values rounded to 4 significant digits.",
     ]
     return doc, hdr

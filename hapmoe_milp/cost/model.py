@@ -14,7 +14,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hapmoe_milp.config import ParallelConfig, Recompute, Settings
-from hapmoe_milp.cost.primitives import BF16, FP32, GIB, attention_time, collective_time, gemm_time, memory_time
+from hapmoe_milp.cost.kernels import layer_kernels
+from hapmoe_milp.cost.primitives import (
+    BF16,
+    FP32,
+    GIB,
+    attention_time,
+    collective_time,
+    dispatch_time,
+    distinct_groups,
+    gemm_time,
+    host_bound,
+    memory_time,
+)
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.device import DeviceSpec
 from hapmoe_milp.specs.model import LayerKind, ModelSpec
@@ -51,6 +63,7 @@ class LayerCost:
     ag: float  # seconds: parameter all-gather after the step (distributed optimizer)
     opt: float  # seconds: optimizer step for this layer's shard
     work: float = 0.0  # transient bytes needed while this layer runs (not multiplied by in-flight count)
+    host: float = 0.0  # seconds the host adds beyond device work: launch-bound excess and syncs (fwd + bwd)
     parts: dict[str, float] = field(default_factory=dict, compare=False)
 
 
@@ -143,6 +156,20 @@ class CostModel:
             b_comp += 2 * mlp
             n_tp_coll += 2
 
+        # ---- FP8: every GEMM input is quantised first (read bf16, write fp8), activations forward and
+        # output gradients backward
+        if prec == "fp8":
+            ins = t * h + t * m.q_dim / tp
+            if is_moe:
+                ins += routed_rows * (h + m.expert_ffn / cfg.etp)
+                if m.moe_shared_expert_intermediate_size:
+                    ins += t * (h + m.moe_shared_expert_intermediate_size / tp)
+            else:
+                ins += t * (h + m.ffn / tp)
+            cast = memory_time(dev, 3 * ins)
+            f_comp += cast
+            b_comp += 2 * cast
+
         # ---- MTP extras: 2h->h projection and its own logits + loss
         if kind == "mtp":
             proj = gemm_time(dev, t, h / tp, 2 * h, prec)
@@ -173,22 +200,27 @@ class CostModel:
         ep_f = 0.0
         if is_moe:
             ep_f = self._ep_comm(dev, did, cfg, ts)
-        # exposed fraction when EP communication is overlapped with compute (--overlap-moe-expert-parallel-comm):
-        # half, an assumption until calibrated; backward repeats the forward traffic
-        ep_exposed = 0.5 if st.overlap_ep_comm else 1.0
+        # exposed share when EP communication overlaps other work (--overlap-moe-expert-parallel-comm);
+        # backward repeats the forward traffic
+        ep_exposed = 1.0 - dev.runtime.ep_overlap if st.overlap_ep_comm else 1.0
         ep_total = 2 * ep_f * ep_exposed
 
         # ---- recompute: extra forward work during backward
         rec = rec_tp = rec_cp = rec_ep = 0.0
         if recompute == "full":
             # the re-run forward repeats its communication too; book it under tp/cp/ep, not compute
-            rec_tp, rec_cp, rec_ep = tp_f, cp_f, ep_f
-            rec = f_comp + tp_f + cp_f + ep_f
+            rec_tp, rec_cp, rec_ep = tp_f, cp_f, ep_f * ep_exposed
+            rec = f_comp + tp_f + cp_f + ep_f * ep_exposed
         elif recompute == "selective":
             rec = elem + (memory_time(dev, 3 * routed_rows * m.expert_ffn / cfg.etp * BF16) if is_moe else 0.0)
 
-        fwd = f_comp + tp_f + cp_f + (ep_total / 2)
-        bwd = b_comp + tp_f + cp_b + (ep_total / 2) + rec
+        gpu_f = f_comp + tp_f + cp_f + (ep_total / 2)
+        gpu_b = b_comp + tp_f + cp_b + (ep_total / 2) + rec
+        # ---- host: kernels issued per micro-batch, and the dropless router's token-count sync
+        kern = layer_kernels(m, cfg, kind, st.dispatcher, prec, recompute)
+        fwd = host_bound(gpu_f, kern.fwd, dev, kern.syncs_fwd)
+        bwd = host_bound(gpu_b, kern.bwd, dev, kern.syncs_bwd)
+        host = fwd - gpu_f + bwd - gpu_b
 
         # ---- memory: weights + optimizer state, stored activations
         p = m.layer_params(kind)
@@ -211,7 +243,8 @@ class CostModel:
             ag=ag,
             opt=opt,
             work=work,
-            parts={"recompute": rec},
+            host=host,
+            parts={"recompute": rec, "kernels_fwd": kern.fwd, "kernels_bwd": kern.bwd},
         )
 
     def _core_macs(self) -> float:
@@ -269,12 +302,25 @@ class CostModel:
             )
         out = 0.0
         if cfg.ep > 1:
-            # Megatron's alltoall dispatcher exchanges each rank's own k*ts permuted tokens over the EP group
-            # and only afterwards all-gathers them over the expert-TP group (token_dispatcher.py), so the
-            # all-to-all payload does not grow with ETP.
-            size = ts * k * h * BF16 * st.imbalance
-            a2a = self._coll(dev, did, "all_to_all", size, cfg.ep, n_ep)
-            out += 2 * a2a
+            # Each rank dispatches its own ts tokens over the EP group and only afterwards all-gathers them
+            # over the expert-TP group (token_dispatcher.py), so the payload does not grow with ETP. EP ranks
+            # are ETP apart, so node // ETP of them share a node.
+            node = self.node(did)
+            local = max(1, min(cfg.ep, node // cfg.etp))
+            nodes = cfg.ep / local
+            E = m.num_experts or 1
+            if st.dispatcher == "flex":
+                # DeepEP/HybridEP send a token once per distinct destination node over the network and once
+                # per distinct destination rank over NVLink (forwarded inside the receiving node)
+                inter = (nodes - 1) / nodes * distinct_groups(E, k, round(nodes)) if nodes > 1 else 0.0
+                intra = distinct_groups(E, k, cfg.ep)
+            else:
+                # the alltoall dispatcher sends one copy per routed (token, expert) pair
+                inter = k * (1.0 - local / cfg.ep)
+                intra = k * local / cfg.ep
+            tok = ts * h * BF16 * st.imbalance
+            frac = dev.intra.group_bandwidth_fraction(min(cfg.ep * cfg.etp, node), node)
+            out += 2 * dispatch_time(dev, st.dispatcher, intra * tok, inter * tok, frac)
         if cfg.etp > 1:
             size = cfg.etp * k * ts * h * BF16
             out += self._coll(dev, did, "all_gather", size, cfg.etp, cfg.etp)
@@ -467,6 +513,18 @@ class CostModel:
             return hit_v
         return hit.weights
 
+    def exposed_sync(self, did: str, rs: float, ag: float, fwd: float, bwd: float, opt: float) -> float:
+        """Data-parallel sync and optimizer step a stage adds after its last micro-batch.
+
+        With overlap on, the gradient reduce-scatter runs beside the last micro-batch's backward and the
+        parameter all-gather beside the next forward; ``dp_overlap`` is the share of that compute they
+        can really hide behind (bucket granularity, NCCL sharing the SMs).
+        """
+        st, k = self.settings, self.device(did).runtime.dp_overlap
+        rs_x = max(0.0, rs - k * bwd) if st.overlap_grad_reduce else rs
+        ag_x = max(0.0, ag - k * fwd) if st.overlap_param_gather else ag
+        return rs_x + ag_x + opt
+
     def capacity(self, did: str) -> float:
         return self.device(did).memory_gib * GIB * (1.0 - self.settings.memory_headroom)
 
@@ -496,5 +554,7 @@ class CostModel:
             val = self.cluster.cross.latency_us * 1e-6 + nbytes / (bw * 1e9)
         else:
             val = collective_time(self.device(src), "p2p", link, nbytes, 2)
+        # the share of the transfer the schedule does not hide (batched send/recv beside compute)
+        val *= self.device(src).runtime.p2p_exposed
         self._memo[key] = LayerCost(val, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         return val
