@@ -24,7 +24,7 @@ from hapmoe_milp.cost.primitives import (
     dispatch_time,
     distinct_groups,
     gemm_time,
-    host_bound,
+    host_overhead,
     memory_time,
 )
 from hapmoe_milp.specs.cluster import ClusterSpec
@@ -218,9 +218,9 @@ class CostModel:
         gpu_b = b_comp + tp_f + cp_b + (ep_total / 2) + rec
         # ---- host: kernels issued per micro-batch, and the dropless router's token-count sync
         kern = layer_kernels(m, cfg, kind, st.dispatcher, prec, recompute)
-        fwd = host_bound(gpu_f, kern.fwd, dev, kern.syncs_fwd)
-        bwd = host_bound(gpu_b, kern.bwd, dev, kern.syncs_bwd)
-        host = fwd - gpu_f + bwd - gpu_b
+        host_f = host_overhead(kern.fwd, dev, kern.syncs_fwd)
+        host_b = host_overhead(kern.bwd, dev, kern.syncs_bwd)
+        fwd, bwd, host = gpu_f + host_f, gpu_b + host_b, host_f + host_b
 
         # ---- memory: weights + optimizer state, stored activations
         p = m.layer_params(kind)

@@ -55,15 +55,17 @@ def memory_time(dev: DeviceSpec, nbytes: float) -> float:
     return nbytes / (dev.runtime.memory_efficiency * dev.memory_bandwidth_GBps * 1e9)
 
 
-def host_bound(gpu_s: float, kernels: float, dev: DeviceSpec, syncs: float = 0.0) -> float:
-    """Wall time of a span of ``kernels`` launches whose device work takes ``gpu_s``.
+def host_overhead(kernels: float, dev: DeviceSpec, syncs: float = 0.0) -> float:
+    """Device idle time a span of ``kernels`` launches and ``syncs`` device-to-host syncs adds to its work.
 
-    The host issues kernels at ``launch_us`` each and normally runs ahead of the device, so the span
-    takes whichever is longer; a device-to-host sync inside it stops the run-ahead and adds ``sync_us``
-    (the queue drains, the host copies, the device idles until the next launch).
+    Profiles of Megatron MoE training show the device waiting between kernels even when the host keeps
+    up on average: dependent small ops, stream waits and syncs empty the launch queue, so each kernel
+    costs its launch latency on top of its work. ``launch_us`` is that average idle per kernel and
+    ``sync_us`` the cost of one sync (drain, copy, relaunch), so the overhead is additive, per layer and
+    micro-batch: it is what longer micro-batches amortise.
     """
     rt = dev.runtime
-    return max(gpu_s, kernels * rt.launch_us * 1e-6) + syncs * rt.sync_us * 1e-6
+    return (kernels * rt.launch_us + syncs * rt.sync_us) * 1e-6
 
 
 def dispatch_time(

@@ -37,8 +37,8 @@ PARAMS: tuple[ParamInfo, ...] = (
         "us",
         1.0,
         50.0,
-        "host time to issue one kernel (framework dispatch + driver launch); a layer whose kernels are shorter "
-        "than this is host-bound",
+        "average device idle per kernel launch: the launch latency the host's run-ahead does not hide (dependent "
+        "small ops, stream waits and syncs empty the queue); paid per kernel, per layer and micro-batch",
     ),
     ParamInfo(
         "sync_us",
