@@ -713,7 +713,7 @@ def _zebra_sides(
     etp_comm = 0.0
     if etp > 1:
         size = rows_e * h * BF16
-        etp_comm = cm._coll(cm.device(exp), exp, "all_gather", size, etp, etp) + cm._coll(
+        etp_comm = cm.collective(cm.device(exp), exp, "all_gather", size, etp, etp) + cm.collective(
             cm.device(exp), exp, "reduce_scatter", size, etp, etp
         )
     e_f = e_g + etp_comm
@@ -862,9 +862,9 @@ def _zebra_best_offload(
     cfg_ax = ParallelConfig(tp=tp, dp=dp_a * G, ep=ep_x, etp=1)
     cfg_e = ParallelConfig(tp=1, dp=N * G, ep=ep, etp=etp)
     all_x = units * model.expert_params
-    a0 = cm._state_and_sync(dev_a, att, cfg_ax, dense_local, 0.0)
-    a1 = cm._state_and_sync(dev_a, att, cfg_ax, 0.0, all_x / ep_x)
-    e1 = cm._state_and_sync(dev_e, exp, cfg_e, 0.0, all_x / (ep * etp))
+    a0 = cm.state_and_sync(dev_a, att, cfg_ax, dense_local, 0.0)
+    a1 = cm.state_and_sync(dev_a, att, cfg_ax, 0.0, all_x / ep_x)
+    e1 = cm.state_and_sync(dev_e, exp, cfg_e, 0.0, all_x / (ep * etp))
     edge = (first.weights + last.weights, first.rs + last.rs, first.ag + last.ag, first.opt + last.opt)
 
     def side_a(f: float) -> tuple[float, float, float, float]:

@@ -67,6 +67,20 @@ class LayerCost:
     parts: dict[str, float] = field(default_factory=dict, compare=False)
 
 
+@dataclass(frozen=True)
+class LayerSplit:
+    """A MoE layer's attention side (attention, router, norms, permute, shared experts, TP comm, host
+    overheads), per micro-batch on one rank, and the model's dense layers on the same mesh; routed
+    experts are priced apart by :meth:`CostModel.expert_gemms`."""
+
+    attention_fwd: float
+    attention_bwd: float
+    attention_act: float  # stored bytes without the routed experts' activations
+    dense_fwd: float
+    dense_bwd: float
+    dense_act: float
+
+
 ZERO = LayerCost(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
@@ -90,7 +104,7 @@ class CostModel:
     def node(self, did: str) -> int:
         return self.cluster.node_size(did)
 
-    def _coll(self, dev: DeviceSpec, did: str, prim: str, size: float, n: int, span: int, **kw: float) -> float:
+    def collective(self, dev: DeviceSpec, did: str, prim: str, size: float, n: int, span: int, **kw: float) -> float:
         node = self.node(did)
         link = link_for_span(span, node)
         frac = dev.intra.group_bandwidth_fraction(n, node) if link == "intra" else 1.0
@@ -133,14 +147,11 @@ class CostModel:
         if is_moe:
             E = m.num_experts or 1
             k = m.moe_router_topk
-            fe = m.expert_ffn
             local = E // cfg.ep
             rows_per_expert = k * t * cfg.ep * cfg.etp / (tp * E)
             routed_rows = rows_per_expert * local
             imb = st.imbalance
-            exp_f = gemm_time(dev, rows_per_expert, (m.glu - 1) * fe / cfg.etp, h, prec, groups=local)
-            exp_f += gemm_time(dev, rows_per_expert, h, fe / cfg.etp, prec, groups=local)
-            exp_f += memory_time(dev, 3 * routed_rows * fe / cfg.etp * BF16)  # activation function
+            exp_f = self.expert_gemms(did, rows_per_expert, local, cfg.etp)
             router = gemm_time(dev, ts, E, h, "bf16") + memory_time(dev, 4 * ts * E * FP32)
             permute = memory_time(dev, PERMUTE_PASSES * k * ts * h * BF16)
             f_comp += imb * exp_f + router + permute
@@ -184,8 +195,8 @@ class CostModel:
                 n_tp_coll
                 / 2
                 * (
-                    self._coll(dev, did, "all_gather", t * h * BF16, tp, tp)
-                    + self._coll(dev, did, "reduce_scatter", t * h * BF16, tp, tp)
+                    self.collective(dev, did, "all_gather", t * h * BF16, tp, tp)
+                    + self.collective(dev, did, "reduce_scatter", t * h * BF16, tp, tp)
                 )
             )
         # ---- context parallel: ring exchange of K/V chunks, hidden behind the attention core when it can be
@@ -193,7 +204,7 @@ class CostModel:
         if cp > 1:
             kv_shards = tp if m.multi_latent_attention else min(tp, m.groups)
             kv_bytes = t * (m.kv_dim + m.v_dim) * BF16 / kv_shards
-            step = self._coll(dev, did, "p2p", kv_bytes, 2, tp * cp)
+            step = self.collective(dev, did, "p2p", kv_bytes, 2, tp * cp)
             cp_f = max(0.0, (cp - 1) * step - attn_core_f)
             cp_b = max(0.0, 2 * (cp - 1) * step - attn_core_b)
         # ---- expert parallel: dispatch + combine
@@ -227,7 +238,7 @@ class CostModel:
         dense_local = p["tp"] / tp + p["replicated"]
         exp_local = p["expert"] / (cfg.ep * cfg.etp) if p["expert"] else 0.0
         act, work = self._activations(cfg, t, kind, is_moe, recompute, routed_rows)
-        weights, rs, ag, opt = self._state_and_sync(dev, did, cfg, dense_local, exp_local)
+        weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, exp_local)
         return LayerCost(
             fwd=fwd,
             bwd=bwd,
@@ -246,6 +257,54 @@ class CostModel:
             host=host,
             parts={"recompute": rec, "kernels_fwd": kern.fwd, "kernels_bwd": kern.bwd},
         )
+
+    def expert_gemms(self, did: str, rows_per_expert: float, local: int, etp: int) -> float:
+        """Forward of ``local`` routed experts with ``rows_per_expert`` rows each at width F/ETP: the two
+        grouped GEMMs and the activation function (backward is twice this; imbalance not included)."""
+        m, dev = self.model, self.device(did)
+        fe, h, prec = m.expert_ffn, m.hidden_size, self.settings.precision
+        t = gemm_time(dev, rows_per_expert, (m.glu - 1) * fe / etp, h, prec, groups=local)
+        t += gemm_time(dev, rows_per_expert, h, fe / etp, prec, groups=local)
+        return t + memory_time(dev, 3 * rows_per_expert * local * fe / etp * BF16)
+
+    def layer_split(self, did: str, tp: int, b: int, recompute: Recompute) -> LayerSplit:
+        """One MoE layer cut where attention/expert disaggregation (HeterMoE's zebra parallelism) cuts it:
+        the attention side is the layer with every expert local (EP = ETP = 1, no dispatch) minus the
+        routed-expert work, which :meth:`expert_gemms` prices wherever the experts run."""
+        m, st = self.model, self.settings
+        cfg = ParallelConfig(tp=tp, dp=1, ep=1, etp=1)
+        lay = self.layer(did, cfg, b, "moe", recompute)
+        E, k = m.num_experts or 1, m.moe_router_topk
+        ts = b * st.seq_length / tp
+        routed = st.imbalance * self.expert_gemms(did, k * ts / E, E, 1)
+        full = recompute == "full"
+        glu_out = 2 if m.swiglu else 1
+        routed_act = k * ts * st.imbalance * (2 * m.hidden_size + 2 * glu_out * m.expert_ffn + 2 * m.expert_ffn)
+        dense_f = dense_b = dense_act = 0.0
+        if "dense" in m.layer_kinds:
+            dl = self.layer(did, cfg, b, "dense", recompute)
+            dense_f, dense_b, dense_act = dl.fwd, dl.bwd, dl.act
+        return LayerSplit(
+            attention_fwd=lay.fwd - routed,
+            attention_bwd=lay.bwd - 2 * routed - (routed if full else 0.0),
+            attention_act=lay.act - (0.0 if full else routed_act),
+            dense_fwd=dense_f,
+            dense_bwd=dense_b,
+            dense_act=dense_act,
+        )
+
+    def expert_act_per_row(self, etp: int, recompute: Recompute) -> float:
+        """Stored bytes per routed row on an expert device (input, fc1 output and activation at F/ETP)."""
+        m = self.model
+        glu_out = 2 if m.swiglu else 1
+        h, fe = m.hidden_size, m.expert_ffn / etp
+        return 2 * h if recompute == "full" else 2 * h + 2 * glu_out * fe + 2 * fe
+
+    def cross_dispatch(self, src: str, dst: str, total_bytes: float, src_devices: int, dst_devices: int) -> float:
+        """One dispatch (or combine) of ``total_bytes`` between two device types over the cross link:
+        bipartite, so the side with fewer devices sets the time; plus the link latency."""
+        bw = self.cluster.cross.bandwidth(self.device(src), self.device(dst)) * 1e9
+        return max(total_bytes / src_devices, total_bytes / dst_devices) / bw + self.cluster.cross.latency_us * 1e-6
 
     def _core_macs(self) -> float:
         """Attention-core multiply-accumulates per (query token, key token) pair, all heads."""
@@ -297,7 +356,7 @@ class CostModel:
                 return 0.0
             size = n_ep * ts * h * BF16
             span = n_ep
-            return self._coll(dev, did, "all_gather", size, n_ep, span) + self._coll(
+            return self.collective(dev, did, "all_gather", size, n_ep, span) + self.collective(
                 dev, did, "reduce_scatter", size, n_ep, span
             )
         out = 0.0
@@ -323,8 +382,8 @@ class CostModel:
             out += 2 * dispatch_time(dev, st.dispatcher, intra * tok, inter * tok, frac)
         if cfg.etp > 1:
             size = cfg.etp * k * ts * h * BF16
-            out += self._coll(dev, did, "all_gather", size, cfg.etp, cfg.etp)
-            out += self._coll(dev, did, "reduce_scatter", size, cfg.etp, cfg.etp)
+            out += self.collective(dev, did, "all_gather", size, cfg.etp, cfg.etp)
+            out += self.collective(dev, did, "reduce_scatter", size, cfg.etp, cfg.etp)
         return out
 
     def _activations(
@@ -402,7 +461,7 @@ class CostModel:
         work = full + dispatch_buf
         return stored, work
 
-    def _state_and_sync(
+    def state_and_sync(
         self, dev: DeviceSpec, did: str, cfg: ParallelConfig, dense_local: float, exp_local: float
     ) -> tuple[float, float, float, float]:
         """Weights/grads/optimizer bytes, and gradient RS / param AG / Adam times for those params."""
@@ -423,10 +482,10 @@ class CostModel:
                 continue
             bucket = max(BUCKET_PARAMS, 1_000_000 * n)
             if st.distributed_optimizer:
-                rs += self._coll(dev, did, "reduce_scatter", FP32 * params, n, g, table_size=FP32 * bucket)
-                ag += self._coll(dev, did, "all_gather", BF16 * params, n, g, table_size=BF16 * bucket)
+                rs += self.collective(dev, did, "reduce_scatter", FP32 * params, n, g, table_size=FP32 * bucket)
+                ag += self.collective(dev, did, "all_gather", BF16 * params, n, g, table_size=BF16 * bucket)
             else:
-                rs += self._coll(dev, did, "all_reduce", FP32 * params, n, g, table_size=FP32 * bucket)
+                rs += self.collective(dev, did, "all_reduce", FP32 * params, n, g, table_size=FP32 * bucket)
         shard = (dense_local / dp_dense + exp_local / edp) if st.distributed_optimizer else dense_local + exp_local
         if st.optimizer_offload:
             # grads out (fp32), updated params back (bf16), Adam on the host; not overlapped
@@ -446,10 +505,10 @@ class CostModel:
             ts = t / cfg.tp
             lookup = memory_time(dev, 2 * ts * m.hidden_size * BF16)
             tp_c = (
-                self._coll(dev, did, "reduce_scatter", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+                self.collective(dev, did, "reduce_scatter", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
             )
             dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp
-            weights, rs, ag, opt = self._state_and_sync(dev, did, cfg, dense_local, 0.0)
+            weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
             hit = LayerCost(
                 fwd=lookup + tp_c,
                 bwd=2 * lookup + tp_c,
@@ -476,9 +535,9 @@ class CostModel:
             m, dev = self.model, self.device(did)
             t = b * self.settings.seq_length / cfg.cp
             head_f, head_b = self._head(dev, t, cfg.tp, self.settings.precision)
-            tp_c = self._coll(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+            tp_c = self.collective(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
             dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp + m.hidden_size * m.norm_params
-            weights, rs, ag, opt = self._state_and_sync(dev, did, cfg, dense_local, 0.0)
+            weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
             v_local = m.padded_vocab(cfg.tp) / cfg.tp
             logits = 2 * t * v_local * FP32  # fp32 logits and their gradient, transient
             hit = LayerCost(
