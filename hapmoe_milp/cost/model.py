@@ -505,7 +505,9 @@ class CostModel:
             ts = t / cfg.tp
             lookup = memory_time(dev, 2 * ts * m.hidden_size * BF16)
             tp_c = (
-                self.collective(dev, did, "reduce_scatter", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+                self.collective(dev, did, "reduce_scatter", t * m.hidden_size * BF16, cfg.tp, cfg.tp)
+                if cfg.tp > 1
+                else 0.0
             )
             dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp
             weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
@@ -535,7 +537,9 @@ class CostModel:
             m, dev = self.model, self.device(did)
             t = b * self.settings.seq_length / cfg.cp
             head_f, head_b = self._head(dev, t, cfg.tp, self.settings.precision)
-            tp_c = self.collective(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+            tp_c = (
+                self.collective(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+            )
             dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp + m.hidden_size * m.norm_params
             weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
             v_local = m.padded_vocab(cfg.tp) / cfg.tp

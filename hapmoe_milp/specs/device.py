@@ -77,13 +77,13 @@ class DeviceSpec:
             return "calibrated"
         if name in self.runtime_defaulted:
             return "assumed"
-        if self.provenance == "profiled":
-            return "measured"
         prefix = f"runtime.{name} = "
         for a in self.assumptions:
             if a.startswith(prefix):
-                return "assumed" if "(assumed)" in a else "derived"
-        return "source"
+                for kind in ("assumed", "measured", "derived"):
+                    if f"({kind})" in a:
+                        return kind
+        return "measured" if self.provenance == "profiled" else "source"
 
     @property
     def memory_bound_efficiency(self) -> float:
