@@ -132,7 +132,8 @@ class CostModel:
         # ---- attention: projections (GEMMs, TP-sharded output dims) and flash-style core
         f_comp = 0.0
         attn_lin = self._attention_gemms(dev, t, tp, prec)
-        core_flops_f = t * S * self._core_macs() * 2 / tp  # causal: each query sees S/2 keys on average
+        # causal: each query sees S/2 keys on average (fewer under a sliding window)
+        core_flops_f = t * S * self._core_macs() * 2 / tp * m.attention_keys_factor(S)
         attn_core_f = attention_time(dev, core_flops_f, S, backward=False)
         attn_core_b = attention_time(dev, 2.5 * core_flops_f, S, backward=True)
         f_comp += attn_lin + attn_core_f
