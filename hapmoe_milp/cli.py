@@ -145,6 +145,11 @@ def devices(
         d["assumptions"] = list(dv.assumptions)
         if dv.profiled:
             d["profiled"] = dict(dv.profiled)
+        d["runtime"] = {k: {"value": v, "basis": dv.runtime_basis(k)} for k, v in dv.runtime.to_dict().items()}
+        if dv.calibration:
+            d["calibration"] = {k: v for k, v in dv.calibration.items() if k != "runs"} | {
+                "runs": [r.get("id") for r in dv.calibration.get("runs", [])]
+            }
         if as_json:
             _echo_json(d)
         else:

@@ -35,6 +35,7 @@ DEFAULT_FIT = (
     "launch_us",
     "sync_us",
     "gemm_scale",
+    "fp8_gemm_scale",
     "grouped_rows_half",
     "attention_scale",
     "memory_efficiency",

@@ -30,7 +30,7 @@ def gemm_time(dev: DeviceSpec, m: float, n: float, k: float, precision: str = "b
     rt = dev.runtime
     m_pad = math.ceil(m / TILE_ROWS) * TILE_ROWS if m < 4 * TILE_ROWS else m
     flops = 2.0 * m_pad * n * k * groups
-    eff = min(1.0, dev.gemm_efficiency(flops) * rt.gemm_scale)
+    eff = min(1.0, dev.gemm_efficiency(flops) * rt.gemm_scale * (rt.fp8_gemm_scale if precision == "fp8" else 1.0))
     if groups > 1:
         eff *= m / (m + rt.grouped_rows_half)
     t_compute = flops / (eff * dev.peak(precision) * 1e12)

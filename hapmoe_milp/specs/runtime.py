@@ -56,6 +56,14 @@ PARAMS: tuple[ParamInfo, ...] = (
         "achieved / tabulated efficiency of dense GEMMs (1 = the table's curve as derived or profiled)",
     ),
     ParamInfo(
+        "fp8_gemm_scale",
+        "x",
+        0.3,
+        1.2,
+        "FP8 GEMMs' efficiency (fraction of the FP8 peak) relative to BF16 GEMMs' at the same size (quantisation "
+        "epilogues, scaling)",
+    ),
+    ParamInfo(
         "grouped_rows_half",
         "rows",
         1.0,
@@ -154,6 +162,7 @@ class RuntimeParams:
     launch_us: float = 6.0
     sync_us: float = 50.0
     gemm_scale: float = 1.0
+    fp8_gemm_scale: float = 0.9
     grouped_rows_half: float = 128.0
     attention_scale: float = 1.0
     memory_efficiency: float = 0.8
@@ -173,6 +182,7 @@ class RuntimeParams:
         return cls(
             launch_us=0.0,
             sync_us=0.0,
+            fp8_gemm_scale=1.0,
             grouped_rows_half=0.0,
             memory_efficiency=memory_efficiency,
             a2a_intra_GBps=a2a_GBps,
