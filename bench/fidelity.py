@@ -41,6 +41,11 @@ from hapmoe_milp.calibration import (
 )
 from hapmoe_milp.specs import Catalog
 
+#: Devices without runs of their own that share a calibrated device's chip: they take its fitted compute and
+#: host terms and keep their own link terms (A100 and A800 are the same GA100 die; A800's NVLink is capped).
+SAME_CHIP = {"a100": ("a800", ("launch_us", "sync_us", "gemm_scale", "fp8_gemm_scale", "grouped_rows_half",
+                               "attention_scale", "memory_efficiency"))}  # fmt: skip
+
 
 def pct(x: float) -> str:
     return f"{x:+.1%}"
@@ -88,6 +93,18 @@ def main(argv: list[str] | None = None) -> int:
             doc = calibrated_document(base, fit, mine, before, loo if len(mine) > 1 else None, __version__)
             path = write_document(doc, ROOT / "clusters" / "devices-calibrated" / f"{did}.yaml")
             print(f"  wrote {path.relative_to(ROOT)}")
+            for twin, (src, names) in SAME_CHIP.items():
+                if src != did:
+                    continue
+                tb = shipped.device(twin)
+                values = {n: getattr(fit.device.runtime, n) for n in names}
+                tfit = replace(fit, device=replace(tb, runtime=tb.runtime.with_values(values)))
+                tdoc = calibrated_document(tb, tfit, mine, before, loo if len(mine) > 1 else None, __version__)
+                tdoc["calibration"]["derived_from"] = (
+                    f"{did}'s fit ({', '.join(names)}): same chip, no runs of its own; link terms stay {twin}'s"
+                )
+                tpath = write_document(tdoc, ROOT / "clusters" / "devices-calibrated" / f"{twin}.yaml")
+                print(f"  wrote {tpath.relative_to(ROOT)} (from {did})")
     sb, sa, sl = summarize(before_all), summarize(after_all), summarize(loo_all)
     wall = time.perf_counter() - t0
     lines = [
@@ -109,18 +126,27 @@ def main(argv: list[str] | None = None) -> int:
         "### Per device",
         "",
         table(
-            ["device", "runs", "before MAPE / worst", "after MAPE / worst", "leave-one-out MAPE / worst",
-             "pairs before", "pairs LOO"],
+            [
+                "device",
+                "runs",
+                "before MAPE / worst",
+                "after MAPE / worst",
+                "leave-one-out MAPE / worst",
+                "pairs before",
+                "pairs LOO",
+            ],
             per_device,
-        ),  # fmt: skip
+        ),
         "",
         "### Per run",
         "",
         table(
             ["run", "device", "model", "measured s", "before", "after", "leave-one-out"],
-            [[k, v["device"], v["model"], fx(v["measured"], 3), pct(v["before"]), pct(v["after"]), pct(v["loo"])]
-             for k, v in rows.items()],
-        ),  # fmt: skip
+            [
+                [k, v["device"], v["model"], fx(v["measured"], 3), pct(v["before"]), pct(v["after"]), pct(v["loo"])]
+                for k, v in rows.items()
+            ],
+        ),
     ]
     body = "\n".join(lines)
     print(body)

@@ -15,8 +15,12 @@ from hapmoe_milp.api import solve
 from hapmoe_milp.errors import HapmoeError
 
 TABLE1 = ["16-1-h", "16-2-h", "16-3-h", "16-1", "16-2", "16-3", "24-1", "24-2", "24-3", "32-1", "32-2", "32-3"]
-LARGE = [("deepseek-v3", "256-h800-910b", 1024), ("qwen3-235b-a22b", "256-h800-910b", 1024),
-         ("deepseek-v3", "1024-h100-a100", 2048), ("qwen3-235b-a22b", "1024-h100-a100", 2048)]
+LARGE = [
+    ("deepseek-v3", "256-h800-910b", 1024),
+    ("qwen3-235b-a22b", "256-h800-910b", 1024),
+    ("deepseek-v3", "1024-h100-a100", 2048),
+    ("qwen3-235b-a22b", "1024-h100-a100", 2048),
+]
 
 
 def main() -> None:

@@ -38,7 +38,9 @@ def plan_from_knobs(
     if world % (tp * pp * cp):
         raise PlanError(f"cluster has {world} devices, not divisible by tp*pp*cp = {tp * pp * cp}", field="--pp")
     g = world // pp
-    cfg = ParallelConfig(tp=tp, cp=cp, dp=world // (tp * pp * cp), ep=ep, etp=etp if etp is not None else tp)
+    if etp is None:
+        etp = tp if model.is_moe else 1  # Megatron's default expert-TP is TP; a dense model has no experts
+    cfg = ParallelConfig(tp=tp, cp=cp, dp=world // (tp * pp * cp), ep=ep, etp=etp)
     # stage s takes ranks [s*g, (s+1)*g) in the cluster's group order; it must be one device type
     kinds: list[str] = []
     for grp in cluster.groups:

@@ -339,13 +339,16 @@ def test_allgather_dispatcher_gathers_all_tokens_over_the_ep_group():
 
 
 @pytest.mark.parametrize("share", [0.0, 0.5, 0.9])
-def test_overlapped_ep_communication_exposes_the_device_share(share):
+@pytest.mark.parametrize("a2a_GBps", [50.0, 0.05], ids=["comm<compute", "comm>compute"])
+def test_overlapped_ep_communication_hides_a_share_of_what_the_other_micro_batch_computes(share, a2a_GBps):
+    """Overlap runs one micro-batch's dispatch beside another's compute: it hides share x min(comm, compute)."""
     dev = synthetic_device()
-    dev = replace(dev, runtime=replace(dev.runtime, ep_overlap=share))
+    dev = replace(dev, runtime=replace(dev.runtime, ep_overlap=share, a2a_intra_GBps=a2a_GBps))
     a = cm_for(tiny_moe(), dev).layer("syn", cfg(dp=8, ep=4), 1, "moe", "none")
     b = cm_for(tiny_moe(), dev, overlap_ep_comm=True).layer("syn", cfg(dp=8, ep=4), 1, "moe", "none")
-    assert b.ep == pytest.approx(a.ep * (1 - share), rel=REL)
-    assert a.fwd - b.fwd == pytest.approx(a.ep / 2 * share, rel=REL)
+    hidden = share * min(a.ep, a.compute)
+    assert b.ep == pytest.approx(a.ep - hidden, rel=REL)
+    assert a.fwd + a.bwd - b.fwd - b.bwd == pytest.approx(hidden, rel=REL)
 
 
 # ================================================================== recompute

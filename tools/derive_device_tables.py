@@ -27,7 +27,8 @@ Formulas (all anchors and constants below are printed into each file's header an
       busbw(S) = B * S / (S + alpha * B * 1e9)        [GB/s]
 
   i.e. time = alpha + S / (B * 1e9): an alpha-beta model with a large-message busbw B per primitive and link class.
-  alpha_intra = 10 us, alpha_inter = 20 us (assumptions). Inter-node B = factor x NIC GB/s per device, with factor
+  alpha_intra per device (20 us from H100 NCCL all-reduce at 1-8 MB, 40 us from MI300X RCCL; others assumed 20 us),
+  alpha_inter = 20 us (assumption). Inter-node B = factor x NIC GB/s per device, with factor
   0.93 (all-reduce / all-gather / reduce-scatter), 0.85 (all-to-all), 0.90 (p2p).
 
 Output is deterministic (no timestamps, fixed key order, values rounded to 4 significant digits).
@@ -52,7 +53,7 @@ SCRIPT = "tools/derive_device_tables.py"
 
 # --------------------------------------------------------------------------------------------- global constants
 T0_S = 5e-6  # fixed per-GEMM launch + tail overhead (assumption)
-ALPHA_INTRA_S = 10e-6  # intra-node collective latency (assumption)
+ALPHA_INTRA_S = 20e-6  # intra-node collective latency (derived per device below; this is the H100 figure)
 ALPHA_INTER_S = 20e-6  # inter-node collective latency (assumption)
 ATTN_BWD_FACTOR = 0.8  # backward attention efficiency relative to forward (assumption)
 INTER_FACTOR = {  # large-message busbw as a fraction of the per-device NIC line rate (assumptions)
@@ -141,6 +142,13 @@ class Device:
     devices_per_node: A = field(default_factory=lambda: src(8, "8 devices per node (HGX/OAM/Atlas baseboard)"))
     extra_assumptions: tuple[str, ...] = ()
     runtime: dict[str, A] = field(default_factory=dict)  # overrides of default_runtime() with sourced anchors
+    alpha_intra: A = field(
+        default_factory=lambda: der(
+            ALPHA_INTRA_S,
+            "intra-node collective latency as H100's: 8-GPU NCCL all-reduce busbw 43.7 GB/s at 1 MB and 172 GB/s at "
+            f"8 MB with a 370 GB/s ring bandwidth give alpha = 20-26 us ({AZURE_H100}; calibration rows 36-37)",
+        )
+    )
 
 
 # ----------------------------------------------------------------------------- shared anchor builders
@@ -710,10 +718,9 @@ def devices() -> list[Device]:
             per_device_GBps=der(336, "derived: 7 links x 48 GB/s usable per direction (AMD ROCm xGMI blog)"),
             per_pair_GBps=src(48, "one xGMI link per pair: 64 GB/s raw, ~48 GB/s usable per direction"),
             nic_Gbps=src(400, "one 400 Gb/s NIC per GPU (8 x 400G platform)"),
-            eta_gemm=asm(
-                0.50,
-                "assumed: large BF16 GEMM ~600-650 TFLOP/s = 0.45-0.50 of 1307.4 (third-party Dec-2024 benchmark, "
-                "recalled, low confidence)",
+            eta_gemm=src(
+                0.51,
+                f"maximum achievable BF16 matmul 668.4 TFLOP/s = 51.4% of 1300 (TunableOp on; {MAMF}; calibration row 57)",
             ),
             attn_knots=((512, 0.25), (8192, 0.40)),
             attn_basis=(
@@ -724,12 +731,23 @@ def devices() -> list[Device]:
                 0.78, f"STREAM Copy 4.11 TB/s of 5.3 TB/s on Azure ND MI300X v5 ({AZURE_MI300X}; calibration row 83)"
             ),
             intra_busbw={
+                "all_reduce": src(
+                    316.0,
+                    f"8-GPU RCCL all-reduce busbw 316.8 GB/s at 8 GB ({AZURE_MI300X}; row 44), 312.9 GB/s at 4 GiB "
+                    "(stas00/ml-engineering; row 45)",
+                ),
                 **{
-                    p: asm(0.65 * 336, f"assumed: {p.replace('_', '-')} busbw = 0.65 x 336 GB/s usable (mesh factor)")
-                    for p in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+                    p: asm(300.0, f"assumed: {p.replace('_', '-')} busbw = 0.95 x the measured all-reduce busbw")
+                    for p in ("all_gather", "reduce_scatter")
                 },
+                "all_to_all": asm(0.65 * 336, "assumed: all-to-all busbw = 0.65 x 336 GB/s usable (mesh factor)"),
                 "p2p": asm(0.65 * 48, "assumed: p2p = 0.65 x 48 GB/s usable single xGMI link"),
             },
+            alpha_intra=der(
+                40e-6,
+                f"8-GPU RCCL all-reduce busbw 22.4 GB/s at 1 MB and 131.6 GB/s at 8 MB with B = 316 GB/s give alpha = "
+                f"37-41 us ({AZURE_MI300X}; rows 41-42)",
+            ),
             runtime={
                 "flex_intra_GBps": src(315.0, f"MORI-EP EP8 on MI300X: dispatch 307, combine 330 GB/s XGMI ({MORI})"),
                 "flex_inter_GBps": src(
@@ -960,10 +978,10 @@ def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
         b = dev.intra_busbw[p].value
         intra[p] = _table(
             BYTES_X,
-            [busbw(s, b, ALPHA_INTRA_S) for s in BYTES_X],
+            [busbw(s, b, dev.alpha_intra.value) for s in BYTES_X],
             "bytes",
             "GBps_busbw",
-            f"busbw(S) = B*S/(S + alpha*B*1e9), B = {_fmt(sig(b))} GB/s, alpha = {ALPHA_INTRA_S * 1e6:g} us",
+            f"busbw(S) = B*S/(S + alpha*B*1e9), B = {_fmt(sig(b))} GB/s, alpha = {dev.alpha_intra.value * 1e6:g} us",
         )
     inter: dict[str, Any] = {}
     for p in PRIMITIVES:
@@ -1023,6 +1041,7 @@ def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
     add("intra_node.per_device_GBps", dev.per_device_GBps)
     add("intra_node.per_pair_GBps", dev.per_pair_GBps)
     add("nic_Gbps", dev.nic_Gbps)
+    add("alpha_intra_s", dev.alpha_intra)
     add("eta_gemm (large-GEMM fraction of peak)", dev.eta_gemm)
     runtime = {**default_runtime(dev), **dev.runtime}
     for name, a in runtime.items():
@@ -1034,8 +1053,8 @@ def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
         "launch + tail overhead per GEMM",
         f"attention_efficiency: {dev.attn_basis}",
         f"attention_bwd_efficiency is assumed to be {ATTN_BWD_FACTOR:g} x the forward efficiency",
-        "collectives are derived: busbw(S) = B*S/(S + alpha*B*1e9) with assumed latencies alpha_intra = "
-        f"{ALPHA_INTRA_S * 1e6:g} us and alpha_inter = {ALPHA_INTER_S * 1e6:g} us",
+        "collectives are derived: busbw(S) = B*S/(S + alpha*B*1e9) with latencies alpha_intra = "
+        f"{dev.alpha_intra.value * 1e6:g} us (see alpha_intra) and alpha_inter = {ALPHA_INTER_S * 1e6:g} us (assumed)",
         "inter-node large-message busbw is assumed to be a fraction of the per-device NIC line rate (nic_Gbps/8): "
         + ", ".join(f"{p} {f:g}" for p, f in INTER_FACTOR.items())
         + " (0.93 is the H100 NDR per-NIC measurement, nccl-tests #290)",
@@ -1078,7 +1097,7 @@ def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
         f"  attention_efficiency(seq): linear in log2(seq) through {knots_txt}; flat outside.",
         f"  attention_bwd_efficiency = {ATTN_BWD_FACTOR:g} x attention_efficiency.",
         "  collectives busbw(S) = B*S / (S + alpha*B*1e9) GB/s for S bytes per rank;",
-        f"    intra (alpha = {ALPHA_INTRA_S * 1e6:g} us): "
+        f"    intra (alpha = {dev.alpha_intra.value * 1e6:g} us): "
         + ", ".join(f"{p} B={_fmt(sig(dev.intra_busbw[p].value))}" for p in PRIMITIVES),
         f"    inter (alpha = {ALPHA_INTER_S * 1e6:g} us, NIC {_fmt(dev.nic_Gbps.value)} Gb/s = {_fmt(nic_GBps)} GB/s):",
         "      "

@@ -45,6 +45,13 @@ class PreparedRun:
     def measured_s(self) -> float:
         return self.run.step_time_s(self.cluster.world_size)
 
+    @property
+    def config_key(self) -> str:
+        """What the cost model sees of the run: two runs with equal keys cannot be told apart by it."""
+        p = self.plan
+        stages = [(s.device, s.cfg, s.layer_start, s.layer_end, s.recompute) for s in p.stages]
+        return repr((self.model.name, self.cluster.name, stages, p.vpp, self.settings))
+
 
 def prepare(run: MeasuredRun, catalog: Catalog) -> PreparedRun:
     where = f"{run.origin}: run {run.id}" if run.origin else f"run {run.id}"
@@ -97,6 +104,7 @@ class RunResult:
     memory_gib: float
     measured_memory_gib: float | None
     source: str = ""
+    config_key: str = ""
 
     @property
     def error(self) -> float:
@@ -140,6 +148,7 @@ def predict(pr: PreparedRun, devices: Mapping[str, DeviceSpec] | None = None) ->
         memory_gib=max(s["memory_gib"] for s in est.stages),
         measured_memory_gib=pr.run.peak_memory_gib,
         source=pr.run.source,
+        config_key=pr.config_key,
     )
 
 
@@ -156,11 +165,14 @@ class PairCheck:
 
 
 def pairs(results: Sequence[RunResult], tie: float = TIE_TOLERANCE) -> list[PairCheck]:
-    """Every two runs of one model on one hardware type, unless measured within ``tie`` of each other."""
+    """Every two runs of one model on one hardware type, unless measured within ``tie`` of each other or
+    identical as far as the cost model sees (same plan and settings: no model of the layout ranks them)."""
     out: list[PairCheck] = []
     for i, a in enumerate(results):
         for b in results[i + 1 :]:
             if a.model != b.model or a.devices != b.devices:
+                continue
+            if a.config_key and a.config_key == b.config_key:
                 continue
             (ma, pa), (mb, pb) = a.tokens_per_s_per_device, b.tokens_per_s_per_device
             if abs(ma / mb - 1) < tie:

@@ -44,6 +44,8 @@ DEFAULT_FIT = (
     "flex_intra_GBps",
     "flex_inter_GBps",
     "ep_overlap",
+    "p2p_exposed",
+    "dp_overlap",
 )
 F_SCALE = 0.05  # residual (log-ratio) where the soft-L1 loss turns linear: ~5% error
 #: Prior width in the fitted coordinate (log space for positive terms, so 0.2 is about +-20%) by where the

@@ -212,9 +212,13 @@ class CostModel:
         ep_f = 0.0
         if is_moe:
             ep_f = self._ep_comm(dev, did, cfg, ts)
-        # exposed share when EP communication overlaps other work (--overlap-moe-expert-parallel-comm);
-        # backward repeats the forward traffic
-        ep_exposed = 1.0 - dev.runtime.ep_overlap if st.overlap_ep_comm else 1.0
+        # EP overlap (--overlap-moe-expert-parallel-comm) runs one micro-batch's dispatch/combine beside another's
+        # computation, so it hides at most that computation: a share ep_overlap of min(comm, compute). Backward
+        # repeats the forward traffic.
+        ep_exposed = 1.0
+        if st.overlap_ep_comm and ep_f > 0:
+            hidden = dev.runtime.ep_overlap * min(2 * ep_f, f_comp + b_comp)
+            ep_exposed = 1.0 - hidden / (2 * ep_f)
         ep_total = 2 * ep_f * ep_exposed
 
         # ---- recompute: extra forward work during backward

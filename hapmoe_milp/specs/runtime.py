@@ -74,7 +74,7 @@ PARAMS: tuple[ParamInfo, ...] = (
     ParamInfo(
         "attention_scale",
         "x",
-        0.3,
+        0.2,
         1.6,
         "achieved / tabulated efficiency of the fused attention kernels",
     ),
