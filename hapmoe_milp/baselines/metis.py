@@ -22,24 +22,17 @@ from hapmoe_milp.plan import Plan, Stage, check_config
 from hapmoe_milp.search.solution import Solution
 from hapmoe_milp.space import stage_sizes
 from hapmoe_milp.specs.cluster import ClusterSpec
-from hapmoe_milp.specs.device import DeviceSpec
 from hapmoe_milp.specs.model import ModelSpec
 
 from .common import SOLVER_NAMES, divisors, finish, infeasible, is_valid, make_plan, pow2_upto, sub_cluster
 from .megatron_uniform import megatron_uniform
 
 
-class MoEUnawareCostModel(CostModel):
+def MoEUnawareCostModel(model: ModelSpec, cluster: ClusterSpec, settings: Settings) -> CostModel:
     """Metis's view of an MoE layer: per-layer times as profiled on one device/TP group, so the EP
     dispatch/combine traffic is invisible to its estimator (reference §3.4 has no EP term). Memory is
-    unaffected (dispatch buffers are activations), so only the plan *choice* changes.
-
-    This overrides the cost model's EP-traffic hook (the one place dispatch/combine is priced, so every
-    layer cost drops exactly that term and nothing else); the public cost API has no switch for it yet.
-    """
-
-    def _ep_comm(self, dev: DeviceSpec, did: str, cfg: ParallelConfig, ts: float) -> float:
-        return 0.0
+    unaffected (dispatch buffers are activations), so only the plan *choice* changes."""
+    return CostModel(model, cluster, settings, ep_comm_visible=False)
 
 
 def _partitions(total: int, sizes: Sequence[int], max_parts: int) -> list[tuple[int, ...]]:

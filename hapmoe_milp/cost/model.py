@@ -91,10 +91,15 @@ def link_for_span(span: int, node_size: int) -> str:
 class CostModel:
     """Prices layers for one (model, cluster, settings); memoised per option."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, settings: Settings) -> None:
+    def __init__(
+        self, model: ModelSpec, cluster: ClusterSpec, settings: Settings, *, ep_comm_visible: bool = True
+    ) -> None:
+        """``ep_comm_visible=False`` prices expert-parallel dispatch/combine at zero and nothing else
+        differently: the view of an MoE-unaware planner (Metis-style), which profiles layers on one device."""
         self.model = model
         self.cluster = cluster
         self.settings = settings
+        self.ep_comm_visible = ep_comm_visible
         self._memo: dict[tuple, LayerCost] = {}
 
     # ------------------------------------------------------------------ helpers
@@ -210,7 +215,7 @@ class CostModel:
             cp_b = max(0.0, 2 * (cp - 1) * step - attn_core_b)
         # ---- expert parallel: dispatch + combine
         ep_f = 0.0
-        if is_moe:
+        if is_moe and self.ep_comm_visible:
             ep_f = self._ep_comm(dev, did, cfg, ts)
         # EP overlap (--overlap-moe-expert-parallel-comm) runs one micro-batch's dispatch/combine beside another's
         # computation, so it hides at most that computation: a share ep_overlap of min(comm, compute). Backward
