@@ -150,8 +150,8 @@ def calibration_runs_table(before: Any, after: Any, loo: Any) -> Table:
 
 def fidelity_table(results: Any) -> Table:
     t = Table(title="predicted vs measured (s per iteration)")
-    for col in ("run", "devices", "measured", "predicted", "error", "fits", "largest terms"):
-        t.add_column(col, justify="right" if col in ("measured", "predicted", "error") else "left")
+    for col in ("run", "devices", "measured", "predicted", "error", "fits", "memory error", "largest terms"):
+        t.add_column(col, justify="right" if col in ("measured", "predicted", "error", "memory error") else "left")
     for r in results:
         top = sorted(((v, k) for k, v in r.breakdown.items() if v > 0), reverse=True)[:3]
         terms = ", ".join(f"{k} {v:.3g}" for v, k in top)
@@ -162,6 +162,7 @@ def fidelity_table(results: Any) -> Table:
             f"{r.predicted_s:.4g}",
             f"{r.error:+.1%}",
             "yes" if r.fits else "no",
+            "-" if r.memory_error is None else f"{r.memory_error:+.1%}",
             terms,
         )
     return t

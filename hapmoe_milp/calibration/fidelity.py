@@ -116,6 +116,13 @@ class RunResult:
         """(measured, predicted) throughput per device; GBS x sequence cancels in every comparison."""
         return 1.0 / (self.measured_s * self.world_size), 1.0 / (self.predicted_s * self.world_size)
 
+    @property
+    def memory_error(self) -> float | None:
+        """Relative error of the predicted peak memory (largest stage), when the run measured it."""
+        if self.measured_memory_gib is None:
+            return None
+        return (self.memory_gib - self.measured_memory_gib) / self.measured_memory_gib
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -128,6 +135,7 @@ class RunResult:
             "fits": self.fits,
             "memory_gib": self.memory_gib,
             "measured_memory_gib": self.measured_memory_gib,
+            "memory_error": self.memory_error,
             "breakdown": self.breakdown,
             "source": self.source,
         }
