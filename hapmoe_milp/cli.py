@@ -65,6 +65,7 @@ FLAGS: dict[str, str] = {
     "etp": "--etp",
     "vpp": "--vpp",
     "recompute": "--recompute",
+    "layout": "--layout",
     "time_limit": "--time-limit",
     "family": "--family",
     "solver": "--solver",
@@ -364,6 +365,11 @@ def devices(
         d["assumptions"] = list(dv.assumptions)
         if dv.profiled:
             d["profiled"] = dict(dv.profiled)
+        d["runtime"] = {k: {"value": v, "basis": dv.runtime_basis(k)} for k, v in dv.runtime.to_dict().items()}
+        if dv.calibration:
+            d["calibration"] = {k: v for k, v in dv.calibration.items() if k != "runs"} | {
+                "runs": [r.get("id") for r in dv.calibration.get("runs", [])]
+            }
         if as_json:
             emit_json(d)
         else:
@@ -377,69 +383,6 @@ def devices(
 
 
 # ---------------------------------------------------------------------- estimate
-def knob_plan(
-    model: Any,
-    cluster: Any,
-    settings: Any,
-    *,
-    tp: int,
-    pp: int,
-    cp: int,
-    ep: int,
-    etp: int | None,
-    vpp: int,
-    recompute: str,
-    layout: str | None,
-) -> Any:
-    """The megatron-family plan that ``--tp/--pp/...`` (and ``--layout``) describe on the whole cluster."""
-    from hapmoe_milp.config import RECOMPUTE_LEVELS, ParallelConfig, check_choice, check_int
-    from hapmoe_milp.export.megatron import layout_problems, layout_rank_layers, parse_layout
-    from hapmoe_milp.limits import MAX_DEVICES
-    from hapmoe_milp.plan import Plan, Stage
-
-    with flags():
-        check_choice("recompute", recompute, RECOMPUTE_LEVELS)
-        pp = check_int("pp", pp, 1, MAX_DEVICES)
-        cfg0 = ParallelConfig(tp=tp, cp=cp, ep=ep, etp=etp if etp is not None else tp)
-    world = cluster.world_size
-    if world % (cfg0.tp * pp * cfg0.cp):
-        raise PlanError(
-            f"cluster has {world} devices, not divisible by tp*pp*cp = {cfg0.tp * pp * cfg0.cp}", field="--pp"
-        )
-    g = world // pp
-    with flags():
-        cfg = ParallelConfig(tp=cfg0.tp, cp=cfg0.cp, dp=world // (cfg0.tp * pp * cfg0.cp), ep=cfg0.ep, etp=cfg0.etp)
-    # stage s takes ranks [s*g, (s+1)*g) in the cluster's group order; it must be one device type
-    kinds: list[str] = []
-    for grp in cluster.groups:
-        kinds += [grp.device.id] * grp.devices
-    n_layers = len(model.layer_kinds)
-    if layout:
-        problems = layout_problems(layout, pp, model.num_layers, model.mtp_num_layers)
-        if problems:
-            raise PlanError(f"{layout[:80]!r}: {problems[0]}", field="--layout")
-        counts = [r.total for r in layout_rank_layers(layout, pp)]
-        vpp = len(parse_layout(layout)) // pp
-    else:
-        if n_layers % pp:
-            raise PlanError(f"{n_layers} layers do not split evenly over pp={pp}; give --layout", field="--pp")
-        counts = [n_layers // pp] * pp
-    stages = []
-    pos = 0
-    for s in range(pp):
-        types = set(kinds[s * g : (s + 1) * g])
-        if len(types) != 1:
-            raise PlanError(
-                f"pipeline stage {s} (ranks {s * g}-{(s + 1) * g - 1}) spans device types {sorted(types)}; "
-                "choose pp so that stages align with the cluster's groups",
-                field="--pp",
-            )
-        stages.append(Stage(types.pop(), cfg, pos, pos + counts[s], recompute))  # type: ignore[arg-type]
-        pos += counts[s]
-    with flags():
-        return Plan.from_settings(model, cluster, "megatron", tuple(stages), settings, vpp=vpp)
-
-
 def _knob_flag(fld: str | None) -> str:
     import re
 
@@ -486,6 +429,7 @@ def estimate(
     """Predict iteration time, throughput, MFU and memory of one plan (a file, or --tp/--pp/... knobs)."""
     from hapmoe_milp import render
     from hapmoe_milp.api import estimate_plan, make_settings
+    from hapmoe_milp.knobs import plan_from_knobs
     from hapmoe_milp.plan import check_plan
 
     overrides = _settings_kw(
@@ -519,19 +463,19 @@ def estimate(
         c = catalog_cluster(require(cluster, "--cluster", "(or give --plan)"))
         with flags():
             st = make_settings(m, None, **overrides)
-        p = knob_plan(
-            m,
-            c,
-            st,
-            tp=tp if tp is not None else 1,
-            pp=pp if pp is not None else 1,
-            cp=cp if cp is not None else 1,
-            ep=ep if ep is not None else 1,
-            etp=etp,
-            vpp=vpp if vpp is not None else 1,
-            recompute=recompute if recompute is not None else "none",
-            layout=layout,
-        )
+            p = plan_from_knobs(
+                m,
+                c,
+                st,
+                tp=tp if tp is not None else 1,
+                pp=pp if pp is not None else 1,
+                cp=cp if cp is not None else 1,
+                ep=ep if ep is not None else 1,
+                etp=etp,
+                vpp=vpp if vpp is not None else 1,
+                recompute=recompute if recompute is not None else "none",
+                layout=layout,
+            )
         try:
             check_plan(p, m, c)
         except PlanError as exc:  # the plan came from flags: name the flag (stages[0].tp -> --tp)
@@ -970,6 +914,94 @@ def compare_profile(
     typer.echo(format_rows(rows))
     for k, v in summarize_rows(rows).items():
         typer.echo(f"{k}: geometric-mean ratio {v:.3f}")
+
+
+# ---------------------------------------------------------------------- calibration
+RunsArg = Annotated[Path, typer.Argument(help="Measured runs: YAML with a runs: list, or CSV.")]
+
+
+@app.command()
+def calibrate(
+    runs: RunsArg,
+    device: Annotated[str, typer.Option("--device", help="Device table to fit (fitted to the runs that use it).")],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Folder for the calibrated table (default: clusters/devices-calibrated)."),
+    ] = None,
+    params: Annotated[
+        str | None, typer.Option("--params", help="Comma-separated runtime terms to fit (default: the usual set).")
+    ] = None,
+    loo: Annotated[bool, typer.Option("--loo/--no-loo", help="Leave-one-out cross-validated error.")] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fit a device table's runtime terms to measured runs; write it as `calibrated`."""
+    from hapmoe_milp import __version__, render
+    from hapmoe_milp.calibration import DEFAULT_FIT, summarize
+    from hapmoe_milp.calibration import calibrate as run_calibration
+    from hapmoe_milp.fileio import check_output_dir
+
+    names = [n.strip() for n in params.split(",") if n.strip()] if params else list(DEFAULT_FIT)
+    cat = STATE.catalog
+    target = check_output_dir(out or cat.calibrated_dir, "--out")
+    with compute():
+        res = run_calibration(runs, device, catalog=cat, params=names, out=target, loo=loo, version=__version__)
+    after = summarize(res.before, res.fit.errors)
+    before = res.summary_before()
+    loo_s = res.summary_loo()
+    if as_json:
+        emit_json(
+            {
+                "device": res.device,
+                "path": str(res.path) if res.path else None,
+                "parameters": [p.to_dict() for p in res.fit.params],
+                "runs": [
+                    {**b.to_dict(), "error_after": e, **({"error_loo": lo} if res.loo else {})}
+                    for b, e, lo in zip(res.before, res.fit.errors, res.loo or res.fit.errors, strict=True)
+                ],
+                "before": before.to_dict(),
+                "after": after.to_dict(),
+                "leave_one_out": loo_s.to_dict() if loo_s else None,
+            }
+        )
+        return
+    con = render.console()
+    con.print(render.params_table(res.fit.params, f"{res.device}: fitted runtime terms"))
+    con.print(render.calibration_runs_table(res.before, res.fit.errors, res.loo))
+    line = (
+        f"MAPE before {before.mape:.1%} (worst {before.worst:.1%}) -> after {after.mape:.1%} (worst {after.worst:.1%})"
+    )
+    if loo_s is not None:
+        line += f" | leave-one-out {loo_s.mape:.1%} (worst {loo_s.worst:.1%}, {loo_s.worst_id})"
+    typer.echo(line)
+    typer.echo(f"wrote {res.path}")
+
+
+@app.command()
+def fidelity(
+    runs: RunsArg,
+    device: Annotated[str | None, typer.Option("--device", help="Only the runs that use this device type.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Predicted vs measured step time per run, with the error and the cost breakdown."""
+    from hapmoe_milp import render
+    from hapmoe_milp.calibration import load_runs, predict, prepare, runs_for, summarize
+
+    cat = STATE.catalog
+    with compute():
+        prepared = [prepare(r, cat) for r in load_runs(runs)]
+        if device is not None:
+            prepared = runs_for(cat.device(device, "", "--device").id, prepared)
+        results = [predict(r) for r in prepared]
+    summary = summarize(results)
+    if as_json:
+        emit_json({"runs": [r.to_dict() for r in results], "summary": summary.to_dict()})
+        return
+    con = render.console()
+    con.print(render.fidelity_table(results))
+    typer.echo(
+        f"{summary.runs} runs: MAPE {summary.mape:.1%}, worst {summary.worst:.1%} ({summary.worst_id}), "
+        f"mean error {summary.bias:+.1%}; same-model pairs ranked right {summary.pairs_agree}/{summary.pairs}"
+    )
 
 
 # ---------------------------------------------------------------------- entry point

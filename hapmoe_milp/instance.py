@@ -134,12 +134,9 @@ class Instance:
                 ag += edge.ag
                 op += edge.opt
                 fixed += edge.work
-        st = self.settings
         infl = self.in_flight(from_end)
-        y = (max(0.0, rs - bwd) if st.overlap_grad_reduce else rs) + (
-            max(0.0, ag - fwd) if st.overlap_param_gather else ag
-        )
-        return StageEval(fwd, bwd, p2p, fwd + bwd + 2 * p2p, w + infl * a + fixed, y + op)
+        y = self.cost_model.exposed_sync(opt.device, rs, ag, fwd, bwd, op)
+        return StageEval(fwd, bwd, p2p, fwd + bwd + 2 * p2p, w + infl * a + fixed, y)
 
 
 def _assign_bands(

@@ -184,3 +184,44 @@ def best_mixes_table(best: list[dict[str, Any]], summary: Any) -> Table:
             str(r["devices"]),
         )
     return t
+
+
+def params_table(params: Any, title: str) -> Table:
+    t = Table(title=title)
+    for col in ("term", "unit", "start", "fitted", "bounds", "at bound"):
+        t.add_column(col, justify="right" if col in ("start", "fitted") else "left")
+    for p in params:
+        t.add_row(p.name, p.unit, f"{p.start:.4g}", f"{p.value:.4g}", f"[{p.lo:g}, {p.hi:g}]", p.at_bound or "")
+    return t
+
+
+def calibration_runs_table(before: Any, after: Any, loo: Any) -> Table:
+    t = Table(title="runs: step-time error (predicted - measured) / measured")
+    for col in ("run", "measured s", "before", "after", *(("leave-one-out",) if loo else ())):
+        t.add_column(col, justify="left" if col == "run" else "right")
+    for i, (b, e) in enumerate(zip(before, after, strict=True)):
+        row = [b.id, f"{b.measured_s:.4g}", f"{b.error:+.1%}", f"{e:+.1%}"]
+        if loo:
+            row.append(f"{loo[i]:+.1%}")
+        t.add_row(*row)
+    return t
+
+
+def fidelity_table(results: Any) -> Table:
+    t = Table(title="predicted vs measured (s per iteration)")
+    for col in ("run", "devices", "measured", "predicted", "error", "fits", "memory error", "largest terms"):
+        t.add_column(col, justify="right" if col in ("measured", "predicted", "error", "memory error") else "left")
+    for r in results:
+        top = sorted(((v, k) for k, v in r.breakdown.items() if v > 0), reverse=True)[:3]
+        terms = ", ".join(f"{k} {v:.3g}" for v, k in top)
+        t.add_row(
+            r.id,
+            "+".join(r.devices),
+            f"{r.measured_s:.4g}",
+            f"{r.predicted_s:.4g}",
+            f"{r.error:+.1%}",
+            "yes" if r.fits else "no",
+            "-" if r.memory_error is None else f"{r.memory_error:+.1%}",
+            terms,
+        )
+    return t

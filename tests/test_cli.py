@@ -39,8 +39,12 @@ def test_clusters_show_table1_with_devices_and_peak():
 
 
 def test_devices_show_provenance():
+    """A device with a shipped calibration uses it by default and says so; one without shows its datasheet table."""
     d = json.loads(run("devices", "910b", "--json").stdout)
-    assert d["provenance"] == "datasheet+public-benchmarks" and d["sources"]
+    assert d["provenance"] == "calibrated" and d["sources"] and "devices-calibrated" in d["origin"]
+    assert d["calibration"]["runs"] and all(v["basis"] == "calibrated" for v in d["runtime"].values())
+    d = json.loads(run("devices", "mi300x", "--json").stdout)
+    assert d["provenance"] == "datasheet+public-benchmarks" and d["runtime"]["flex_intra_GBps"]["basis"] == "source"
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ the test. None is produced by running our own code.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -78,6 +79,8 @@ OFFICIAL = [
     ),
     # Qwen model card: 3.3B activated; the architecture gives 3.353B (moe-models.yaml formula 3.35)
     ("qwen3-30b-a3b", "30.5", "total_params", "3.3", "active_params", "all_embeddings", "trunc"),
+    # Moonshot's model card: 16B total, 3B activated (rounded); the architecture gives 15.96B / 2.91B
+    ("moonlight-16b-a3b", "16", "total_params", "3", "active_params", "all_embeddings", "round"),
     ("qwen3-235b-a22b", "235", "total_params", "22", "active_params", "all_embeddings", "round"),
     ("qwen2-57b-a14b", "57", "total_params", "14", "active_params", "all_embeddings", "round"),
     ("olmoe-1b-7b", "6.9", "total_params", "1.3", "active_params", "all_embeddings", "round"),
@@ -522,3 +525,19 @@ def test_vocab_padding_follows_megatron():
     assert m.padded_vocab(1) == 32128
     assert m.padded_vocab(8) == 32768  # multiple of 128 * 8
     assert model_from_dict({**BASE, "vocab_size": 151936}, "t.yaml").padded_vocab(1) == 151936
+
+
+@pytest.mark.parametrize(
+    ("seq", "window", "freq", "layers"), [(64, 8, 2, 4), (40, 16, 0, 3), (32, 32, 2, 2), (50, 7, 3, 6)]
+)
+def test_attention_keys_factor_matches_enumeration(seq, window, freq, layers):
+    """Windowed layers: the exact mean of min(i+1, W) keys over positions; full layers count S/2 (the cost
+    model's and Megatron's causal convention); every freq-th layer (1-based) is full."""
+    m = replace(_model("llama-2-7b"), num_layers=layers, window_size=window, window_attn_skip_freq=freq)
+    total = 0.0
+    for layer in range(1, layers + 1):
+        if (freq and layer % freq == 0) or window >= seq:
+            total += 1.0
+        else:
+            total += sum(min(i + 1, window) for i in range(seq)) / seq / (seq / 2)
+    assert m.attention_keys_factor(seq) == pytest.approx(total / layers, rel=1e-12)

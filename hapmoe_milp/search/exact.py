@@ -136,17 +136,19 @@ class SubModel:
             v += e.weights + self.infl(1) * e.act + e.work
         return v
 
-    def piece_coef(self, piece: Piece, lc: LayerCost) -> float:
-        return sum(sign * getattr(lc, attr) for attr, sign in piece) + lc.opt
+    def piece_coef(self, piece: Piece, lc: LayerCost, i: int) -> float:
+        # compute terms (fwd/bwd) hide sync only to the device's dp_overlap share (CostModel.exposed_sync)
+        k = self.inst.cost_model.device(self.options[i].device).runtime.dp_overlap
+        return sum(sign * (k if attr in ("fwd", "bwd") else 1.0) * getattr(lc, attr) for attr, sign in piece) + lc.opt
 
     def piece_kind(self, p: Piece, i: int, kind: LayerKind) -> float:
-        return self.piece_coef(p, self.options[i].per_kind[kind])
+        return self.piece_coef(p, self.options[i].per_kind[kind], i)
 
     def piece_first(self, p: Piece, i: int) -> float:
-        return self.piece_coef(p, self.options[i].first)
+        return self.piece_coef(p, self.options[i].first, i)
 
     def piece_last(self, p: Piece, i: int) -> float:
-        return self.piece_coef(p, self.options[i].last)
+        return self.piece_coef(p, self.options[i].last, i)
 
     def counts(self, s: int, e: int) -> dict[LayerKind, int]:
         kinds = self.inst.layer_kinds
@@ -174,7 +176,8 @@ def option_name(o: Option) -> str:
 
 
 def sync_pieces(st: Settings) -> list[Piece]:
-    """Linear pieces whose maximum is ``max(0, rs - bwd) + max(0, ag - fwd) + opt`` (evaluate's sync)."""
+    """Linear pieces whose maximum is ``max(0, rs - k*bwd) + max(0, ag - k*fwd) + opt`` (evaluate's sync,
+    :meth:`CostModel.exposed_sync`; ``k`` is the option's device's ``dp_overlap``, applied in piece_coef)."""
     grad: list[Piece] = [(("rs", 1.0), ("bwd", -1.0)), ()] if st.overlap_grad_reduce else [(("rs", 1.0),)]
     param: list[Piece] = [(("ag", 1.0), ("fwd", -1.0)), ()] if st.overlap_param_gather else [(("ag", 1.0),)]
     return [g + p for g in grad for p in param]

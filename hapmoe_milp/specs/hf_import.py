@@ -144,6 +144,15 @@ def model_from_hf_config(doc: dict[str, Any], source: str, name: str | None = No
             attention_sinks=True,
             moe_router_bias=True,
         )
+        types = f.raw("layer_types", None)
+        sw = f.int_("sliding_window", None)
+        if sw and isinstance(types, list) and types:
+            full = [i for i, t in enumerate(types) if t == "full_attention"]
+            # Megatron's skip frequency N makes every N-th layer (1-based) full attention
+            if full and all((i + 1) % (full[0] + 1) == 0 for i in full) and len(full) == len(types) // (full[0] + 1):
+                kw.update(window_size=sw, window_attn_skip_freq=full[0] + 1)
+            elif not full:
+                kw.update(window_size=sw)
     seq = f.int_("max_position_embeddings", 4096)
     kw["defaults"] = TrainingDefaults(seq_length=min(seq, 4096))
     m = ModelSpec(**kw)

@@ -90,6 +90,10 @@ class ModelSpec:
     add_bias_linear: bool = False
     qk_layernorm: bool = False
     attention_sinks: bool = False
+    # sliding-window attention (Megatron --window-size / --window-attn-skip-freq): layers attend to the last
+    # ``window_size`` tokens, except every ``window_attn_skip_freq``-th layer, which attends to all
+    window_size: int | None = None
+    window_attn_skip_freq: int = 0
     make_vocab_size_divisible_by: int = 128
     description: str = ""
     sources: tuple[str, ...] = ()
@@ -98,6 +102,21 @@ class ModelSpec:
     origin: str = ""
 
     # ------------------------------------------------------------------ derived shape
+    def attention_keys_factor(self, seq: int) -> float:
+        """Mean keys a query attends to, over all layers, relative to full causal attention (``S/2``).
+
+        With a sliding window of W <= S tokens a query at position i sees min(i+1, W) keys; averaged over
+        the S positions that is ``(W(W+1)/2 + (S-W)W) / S``. Layers differ only in this, so the cost model
+        prices every layer at the average (exact for a stage's total when its layers alternate evenly).
+        """
+        w = self.window_size
+        if not w or w >= seq:
+            return 1.0
+        windowed = (w * (w + 1) / 2 + (seq - w) * w) / seq / (seq / 2)
+        n = self.num_layers
+        full = n // self.window_attn_skip_freq if self.window_attn_skip_freq else 0
+        return (full + (n - full) * windowed) / n
+
     @property
     def is_moe(self) -> bool:
         return bool(self.num_experts)
@@ -586,6 +605,8 @@ def model_from_dict(doc: dict[str, Any], source: str) -> ModelSpec:
     kw["qk_pos_emb_head_dim"] = f.int_("qk_pos_emb_head_dim", 64)
     kw["v_head_dim"] = f.int_("v_head_dim", 128)
     kw["make_vocab_size_divisible_by"] = f.int_("make_vocab_size_divisible_by", 128)
+    kw["window_size"] = f.int_("window_size", None)
+    kw["window_attn_skip_freq"] = f.int_("window_attn_skip_freq", 0, minimum=0)
     for b, d in (
         ("moe_shared_expert_gate", False),
         ("moe_router_bias", False),
