@@ -917,7 +917,9 @@ def compare_profile(
 
 
 # ---------------------------------------------------------------------- calibration
-RunsArg = Annotated[Path, typer.Argument(help="Measured runs: YAML with a runs: list, or CSV.")]
+RunsArg = Annotated[
+    str, typer.Argument(help="Measured runs: YAML with a runs: list, or CSV; `public` = the shipped set.")
+]
 
 
 @app.command()
@@ -984,11 +986,11 @@ def fidelity(
 ) -> None:
     """Predicted vs measured step time per run, with the error and the cost breakdown."""
     from hapmoe_milp import render
-    from hapmoe_milp.calibration import load_runs, predict, prepare, runs_for, summarize
+    from hapmoe_milp.calibration import load_runs, predict, prepare, runs_for, runs_path, summarize
 
     cat = STATE.catalog
     with compute():
-        prepared = [prepare(r, cat) for r in load_runs(runs)]
+        prepared = [prepare(r, cat) for r in load_runs(runs_path(runs, cat.root))]
         if device is not None:
             prepared = runs_for(cat.device(device, "", "--device").id, prepared)
         results = [predict(r) for r in prepared]

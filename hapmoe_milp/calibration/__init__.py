@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hapmoe_milp.calibration.fidelity import PreparedRun, RunResult, Summary, predict, prepare, summarize
 from hapmoe_milp.calibration.fit import DEFAULT_FIT, FitResult, fit_device, leave_one_out
-from hapmoe_milp.calibration.runs import MeasuredRun, load_runs
+from hapmoe_milp.calibration.runs import MeasuredRun, load_runs, runs_path
 from hapmoe_milp.calibration.table import CALIBRATED_DIR, calibrated_document, write_document
 from hapmoe_milp.errors import HapmoeError
 from hapmoe_milp.specs.catalog import Catalog
@@ -42,7 +42,7 @@ def runs_for(device: str, runs: Sequence[PreparedRun]) -> list[PreparedRun]:
 
 
 def calibrate(
-    runs_path: str | Path,
+    runs: str | Path,
     device: str,
     *,
     catalog: Catalog | None = None,
@@ -54,11 +54,12 @@ def calibrate(
     cat = catalog or Catalog()
     # fit from the table a calibration would replace (profiled or shipped), never from an earlier fit
     base = replace(cat, use_calibrated=False).device(device)
-    prepared = [prepare(r, cat) for r in load_runs(runs_path)]
+    path = runs_path(runs, cat.root)
+    prepared = [prepare(r, cat) for r in load_runs(path)]
     mine = runs_for(base.id, prepared)
     if not mine:
-        raise HapmoeError(f"no run in the file uses device {base.id!r}", source=str(runs_path), field="cluster")
-    before = tuple(predict(r) for r in mine)
+        raise HapmoeError(f"no run in the file uses device {base.id!r}", source=str(path), field="cluster")
+    before = tuple(predict(r, {base.id: base}) for r in mine)  # from where the fit starts
     fit = fit_device(mine, base, params)
     errs = tuple(leave_one_out(mine, base, params)) if loo and len(mine) > 1 else None
     path = None
@@ -84,5 +85,6 @@ __all__ = [
     "predict",
     "prepare",
     "runs_for",
+    "runs_path",
     "summarize",
 ]

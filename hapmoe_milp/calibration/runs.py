@@ -177,6 +177,17 @@ def _csv_value(key: str, v: str) -> Any:
     return num if key in (*MEASURES, "peak_memory_gib") else v
 
 
+PUBLIC = "public"  # the shipped public calibration set, bench/calibration/runs.yaml under the catalog root
+
+
+def runs_path(ref: str | Path, root: Path) -> Path:
+    """A runs file by path, or ``public`` for the calibration set the shipped tables were fitted to."""
+    p = Path(ref)
+    if str(ref) == PUBLIC and not p.exists():
+        return root / "bench" / "calibration" / "runs.yaml"
+    return p
+
+
 def load_runs(path: str | Path) -> list[MeasuredRun]:
     p = Path(path)
     if p.suffix.lower() == ".csv":
