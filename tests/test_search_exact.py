@@ -191,6 +191,71 @@ def test_optimal_plan_survives_every_reduction(catalog):
         assert found
 
 
+def _depth_optima(sp: SubProblem) -> dict[int, tuple[float, list]]:
+    """Brute force: the best plan of every depth of a sub-problem (instance pricing, layout rules by
+    ``check_plan``), independent of the formulation's arcs and reductions."""
+    import itertools
+
+    from hapmoe_milp.errors import PlanError
+    from hapmoe_milp.search.formulation import plan_of
+
+    inst = sp.inst
+    n = sp.N
+    out: dict[int, tuple[float, list]] = {}
+    for P in range(1, sp.K + 1):
+        for cuts in itertools.combinations(range(1, n), P - 1):
+            bounds = (0, *cuts, n)
+            for combo in itertools.product(range(sp.O), repeat=P):
+                if len({int(sp.gid[i]) for i in combo}) > 1:
+                    continue
+                a = [(i, bounds[j], bounds[j + 1]) for j, i in enumerate(combo)]
+                if sp.options[combo[0]].cfg.dp != inst.first_dp:
+                    continue
+                try:
+                    check_plan(plan_of(sp, a), inst.model, inst.cluster)
+                except PlanError:
+                    continue
+                val, fits = evaluate_assignment(sp, a)
+                if fits and val < out.get(P, (math.inf, []))[0]:
+                    out[P] = (val, a)
+    return out
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    pattern=st.lists(st.integers(0, 1), min_size=2, max_size=4).filter(any),
+    sizes=st.sampled_from([(2, 1), (2, 2), (1, 1, 1)]),
+    mem=st.sampled_from([None, 2.4]),
+    family=st.sampled_from(["hetero", "megatron"]),
+    factor=st.sampled_from([1 + 1e-9, 1.01, 0.99]),
+)
+def test_depth_model_reductions_against_brute_force(catalog, pattern, sizes, mem, family, factor):
+    """Every reduction is valid: under a cutoff above a depth's brute-force optimum the depth model is
+    not closed, its bound stays below that optimum and the optimal plan keeps its arcs; a depth model
+    closed by the reductions has no plan below the cutoff."""
+    types = ("h800", "910b", "a100")
+    spec = [(types[j], g, mem if j == 0 else None) for j, g in enumerate(sizes)]
+    model = tiny_model(tuple(pattern))
+    cluster = tiny_cluster(catalog, spec)
+    st_ = _settings()
+    best = min((v for sp in _subproblems(model, cluster, st_, family) for v, _ in _depth_optima(sp).values()), default=None)
+    if best is None:
+        return
+    for sp in _subproblems(model, cluster, st_, family):
+        for P, (opt, a) in _depth_optima(sp).items():
+            for cutoff in (opt * factor, best * factor):
+                dm = DepthModel(sp, P, cutoff)
+                if opt < cutoff:
+                    assert not dm.closed, (dm.reason, opt, cutoff)
+                    assert dm.bound <= opt * (1 + 1e-9)
+                    assert dm.hint_arcs(a) is not None
+                    assert dm.values(dm.hint_arcs(a))["objective"] <= opt * (1 + 1e-9)
+                elif dm.closed:
+                    assert opt >= cutoff * (1 - 1e-9)
+
+
 def test_reductions_shrink_the_model_and_close_depths(catalog):
     """A cutoff at the optimum removes arcs (time filter, covering probe) and closes some depths outright."""
     model = tiny_model((1, 1, 1, 1, 1, 1, 1, 1), hidden=1024, heads=8)

@@ -61,6 +61,8 @@ EXACT_PRUNING = replace(Pruning.off(), dominance=True)
 
 #: First time slice of a backend run, as a fraction of the time left (doubled on every return).
 FIRST_SLICE = 0.25
+#: ... and while there is no incumbent at all (a cold start), so that a first plan comes quickly.
+COLD_SLICE = 0.03
 MIN_SLICE_S = 0.5
 PROGRESS_EVERY_S = 0.2
 
@@ -204,7 +206,8 @@ class _Search:
         left = self.left()
         limit = None
         if math.isfinite(left):
-            limit = min(left, max(MIN_SLICE_S, FIRST_SLICE * left) * 2**node.tries)
+            share = FIRST_SLICE if math.isfinite(self.best_val) else COLD_SLICE  # no incumbent yet: find one
+            limit = min(left, max(MIN_SLICE_S, share * left) * 2**node.tries)
         start = node.last.assignment if node.last is not None and node.last.assignment else node.hint
         hint = dm.hint_arcs(start) if start is not None else None
         res = self.mod.solve_model(dm, time_limit=limit, hint=hint, **solve_kw)

@@ -389,6 +389,22 @@ def _cover_step(best: np.ndarray, items: dict[tuple[int, int], int], inv: Sequen
     return new
 
 
+def _minplus_step(best: np.ndarray, items: dict[tuple[int, int], float], inv: Sequence[int]) -> np.ndarray:
+    """One slot of a min-plus DP over devices per type: smallest sum of item values on each usage."""
+    new = np.full(best.shape, np.inf)
+    nt = len(inv)
+    for (j, g), v in items.items():
+        if g > inv[j]:
+            continue
+        src = [slice(None)] * nt
+        dst = [slice(None)] * nt
+        src[j] = slice(0, inv[j] + 1 - g)
+        dst[j] = slice(g, inv[j] + 1)
+        d = tuple(dst)
+        np.minimum(new[d], best[tuple(src)] + v, out=new[d])
+    return new
+
+
 def _cummax(a: np.ndarray) -> np.ndarray:
     for ax in range(a.ndim):
         a = np.maximum.accumulate(a, axis=ax)
@@ -439,44 +455,62 @@ class DepthModel:
         self.stats["arcs_built"] = built
         eff = [a.time + (2 * sub.pmin[a.opt] if k >= 2 else 0.0) for k, a in zip(range(1, P + 1), slots)]
         self._eff = eff
-        # reductions to a fixpoint: time filter from the cutoff, then the covering (suffix) probe
-        for _ in range(6):
+        self._sync = [a.sync for a in slots]
+        # reductions to a fixpoint: the per-arc objective filter under the cutoff, the covering probe,
+        # then the bounds again (cheap ones first; the bottleneck bisections once the cheap ones settle)
+        lim = cutoff * (1 + 1e-12)
+        exact_bounds = False
+        for _ in range(12):
             if any(not m.any() for m in masks):
                 break
             tmin = [float(t[m].min()) for t, m in zip(eff, masks)]
-            smin = [float(a.sync[m].min()) for a, m in zip(slots, masks)]
             R = sum(tmin) - max(tmin)
-            self.sigma_lo = max(smin)
-            self.sum_lo = sum(tmin)
+            self.sum_lo = max(self.sum_lo, self._sum_bound(masks))
+            self.tau_lo = max(self.tau_lo, max(tmin))
+            self.sigma_lo = max(self.sigma_lo, max(float(y[m].min()) for y, m in zip(self._sync, masks)))
+            if exact_bounds:
+                self.tau_lo = max(self.tau_lo, self._bottleneck(masks, eff))
+                self.sigma_lo = max(self.sigma_lo, self._bottleneck(masks, self._sync))
+            self.sum_lo = max(self.sum_lo, self.tau_lo + R)
+            self.bound = self.beta * self.tau_lo + self.alpha * self.sum_lo + self.sigma_lo
+            if self.bound >= cutoff:
+                break
+            new = masks
             if math.isfinite(cutoff):
-                self.tau_hi = (cutoff - self.alpha * R - self.sigma_lo) / (self.alpha + self.beta) * (1 + 1e-12)
-                masks = [m & (t <= self.tau_hi) for m, t in zip(masks, eff)]
-            new = self._probe(masks, self.tau_hi)
+                if self.beta > 0:
+                    self.tau_hi = (cutoff - self.sigma_lo - self.alpha * self.sum_lo) / self.beta * (1 + 1e-12)
+                else:
+                    self.tau_hi = (cutoff - self.sigma_lo - self.alpha * R) / self.alpha * (1 + 1e-12)
+                new = []
+                for k, (m, t, y) in enumerate(zip(masks, eff, self._sync)):
+                    rest = R + max(tmin) - tmin[k]  # the other slots' smallest stage times
+                    obj = (
+                        self.beta * np.maximum(self.tau_lo, t)
+                        + self.alpha * np.maximum(self.sum_lo, t + rest)
+                        + np.maximum(self.sigma_lo, y)
+                    )
+                    new.append(m & (obj <= lim))
+            new = self._probe(new, self.tau_hi)
             changed = any((a != b).any() for a, b in zip(new, masks))
             masks = new
             if not changed:
-                break
-        self.stats["arcs_after_time_and_cover"] = sum(int(m.sum()) for m in masks)
+                if exact_bounds:
+                    break
+                exact_bounds = True
+        self.stats["arcs_after_reductions"] = sum(int(m.sum()) for m in masks)
         if any(not m.any() for m in masks):
             self._close(masks, f"covering: no depth-{P} plan holds all layers under the cutoff")
             return
-        tmin = [float(t[m].min()) for t, m in zip(eff, masks)]
-        self.sigma_lo = max(float(a.sync[m].min()) for a, m in zip(slots, masks))
-        self.tau_lo = self._tau_floor(masks)
-        R = sum(tmin) - max(tmin)
-        self.sum_lo = max(sum(tmin), self.tau_lo + R)
-        self.bound = self.beta * self.tau_lo + self.alpha * self.sum_lo + self.sigma_lo
         if self.bound >= cutoff:
             self._close(masks, "depth bound reaches the cutoff")
             return
         self._finish(masks)
 
     # ------------------------------------------------------------------ reductions
-    def _items(self, k: int, mask: np.ndarray, limit: float) -> dict[tuple[int, int], int]:
-        """Most layers per (type, size) slot ``k`` can hold with effective time <= limit."""
+    def _items(self, k: int, sel: np.ndarray) -> dict[tuple[int, int], int]:
+        """Most layers per (type, size) the selected arcs of slot ``k`` hold."""
         sub = self.sub
         a = self._slots[k - 1]
-        sel = mask & (self._eff[k - 1] <= limit)
         out: dict[tuple[int, int], int] = {}
         if not sel.any():
             return out
@@ -490,12 +524,54 @@ class DepthModel:
             out[(kk // 100_000, kk % 100_000)] = nn
         return out
 
+    def _sum_bound(self, masks: list[np.ndarray]) -> float:
+        """Lower bound on ``sum tau`` (Lagrangian relaxation of ``sum n = N``; see the module doc).
+
+        For any ``lam``, ``sum_k tau_k = lam N + sum_k (tau_k - lam n_k)`` and each slot's term is at least
+        the smallest ``time + 2 p2p_min - lam n`` among its arcs of the device type and size it uses, so a
+        min-plus DP over devices per type bounds the sum; a few ``lam`` around the balanced per-layer
+        time are tried and the best bound kept.
+        """
+        sub = self.sub
+        P, N = self.P, sub.N
+        inv = sub.inv
+        effs = [t[m] for t, m in zip(self._eff, masks)]
+        if any(not len(e) for e in effs):
+            return math.inf
+        tmin = [float(e.min()) for e in effs]
+        best = sum(tmin)
+        top = max(float(e.max()) for e in effs)
+        ref = min(top, self.tau_hi) if math.isfinite(self.tau_hi) else top
+        shape = tuple(v + 1 for v in inv)
+        keys = []
+        for k in range(1, P + 1):
+            a = self._slots[k - 1]
+            m = masks[k - 1]
+            o = a.opt[m]
+            keys.append((sub.tix[o] * 100_000 + sub.size[o], a.n[m].astype(np.float64)))
+        for q in (0.0, 0.5, 0.7, 0.85, 1.0):
+            lam = q * ref * P / N
+            dp = np.full(shape, np.inf)
+            dp[(0,) * len(inv)] = 0.0
+            for k in range(1, P + 1):
+                key, n = keys[k - 1]
+                val = effs[k - 1] - lam * n
+                order = np.lexsort((val, key))
+                ks, vs = key[order], val[order]
+                firsts = np.r_[True, ks[1:] != ks[:-1]]
+                items = {(int(kk) // 100_000, int(kk) % 100_000): float(v) for kk, v in zip(ks[firsts], vs[firsts])}
+                dp = _minplus_step(dp, items, inv)
+            v = float(dp.min())
+            if math.isfinite(v):
+                best = max(best, lam * N + v)
+        return best
+
     def _probe(self, masks: list[np.ndarray], limit: float) -> list[np.ndarray]:
         sub = self.sub
         P, N = self.P, sub.N
         inv = sub.inv
         shape = tuple(v + 1 for v in inv)
-        items = [self._items(k, masks[k - 1], limit) for k in range(1, P + 1)]
+        items = [self._items(k, masks[k - 1] & (self._eff[k - 1] <= limit)) for k in range(1, P + 1)]
         zero = np.full(shape, _NEG, dtype=np.int64)
         zero[(0,) * len(inv)] = 0
         fwd = [zero]
@@ -528,29 +604,31 @@ class DepthModel:
             out.append(m)
         return out
 
-    def _covers(self, masks: list[np.ndarray], T: float) -> bool:
+    def _covers(self, masks: list[np.ndarray], values: list[np.ndarray], v: float) -> bool:
+        """Can one arc per slot, each with ``value <= v``, hold every layer on the inventory?"""
         sub = self.sub
         inv = sub.inv
-        shape = tuple(v + 1 for v in inv)
+        shape = tuple(x + 1 for x in inv)
         best = np.full(shape, _NEG, dtype=np.int64)
         best[(0,) * len(inv)] = 0
         for k in range(1, self.P + 1):
-            best = _cover_step(best, self._items(k, masks[k - 1], T), inv)
+            best = _cover_step(best, self._items(k, masks[k - 1] & (values[k - 1] <= v)), inv)
             if int(best.max()) < 0:
                 return False
         return int(best.max()) >= sub.N
 
-    def _tau_floor(self, masks: list[np.ndarray]) -> float:
-        """Smallest candidate stage time at which this depth covers every layer (bisection)."""
-        cands = np.unique(np.concatenate([t[m] for t, m in zip(self._eff, masks)]))
-        lo_t = max(float(t[m].min()) for t, m in zip(self._eff, masks))
+    def _bottleneck(self, masks: list[np.ndarray], values: list[np.ndarray]) -> float:
+        """Smallest ``v`` such that arcs with value <= v (stage time or sync) still cover every layer:
+        a lower bound on the plan's largest value (``tau_max`` or ``sigma``); bisection over candidates."""
+        cands = np.unique(np.concatenate([t[m] for t, m in zip(values, masks)]))
+        lo_t = max(float(t[m].min()) for t, m in zip(values, masks))
         cands = cands[cands >= lo_t]
-        if not len(cands) or not self._covers(masks, float(cands[-1])):
+        if not len(cands) or not self._covers(masks, values, float(cands[-1])):
             return math.inf  # nothing covers every layer: no plan of this depth
         a, b = 0, len(cands) - 1
         while a < b:
             mid = (a + b) // 2
-            if self._covers(masks, float(cands[mid])):
+            if self._covers(masks, values, float(cands[mid])):
                 b = mid
             else:
                 a = mid + 1

@@ -26,6 +26,7 @@ import contextlib
 import logging
 import math
 import os
+import sys
 import time
 import warnings
 from typing import Any
@@ -67,6 +68,12 @@ class _HiGHSWarm(pulp.HiGHS):  # type: ignore[misc,name-defined]
         super().__init__(*args, **kw)
         self.warm = warm
 
+    def createAndConfigureSolver(self, lp: pulp.LpProblem) -> None:
+        # HiGHS prints its banner on stdout when the first Highs object is made, before the output flag
+        # can be set; stdout carries only the CLI's answer (e.g. ``--json``), so send it to stderr
+        with _c_stdout_to_stderr():
+            super().createAndConfigureSolver(lp)
+
     def callSolver(self, lp: pulp.LpProblem) -> None:
         if self.warm:
             import numpy as np
@@ -83,6 +90,23 @@ class _HiGHSWarm(pulp.HiGHS):  # type: ignore[misc,name-defined]
         # for another size fails ("Not Set"), so release the pool after every solve
         with contextlib.suppress(AttributeError):  # older highspy has no reset
             lp.solverModel.resetGlobalScheduler(True)
+
+
+@contextlib.contextmanager
+def _c_stdout_to_stderr() -> Any:
+    """Point file descriptor 1 at stderr for the duration (C libraries write there directly)."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # pragma: no cover - no stdout at all
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _var(
