@@ -35,14 +35,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import BENCH_DIR, command_line, table, update_section
 
-from common import BENCH_DIR, command_line, table, update_section  # noqa: E402
-
-from hapmoe_milp.api import make_settings  # noqa: E402
-from hapmoe_milp.search import exact  # noqa: E402
-from hapmoe_milp.search.dp import solve_dp  # noqa: E402
-from hapmoe_milp.specs import Catalog  # noqa: E402
+from hapmoe_milp.api import make_settings
+from hapmoe_milp.search import exact
+from hapmoe_milp.search.dp import solve_dp
+from hapmoe_milp.specs import Catalog
 
 TABLE1_CLUSTERS = ["16-1-h", "16-2-h", "16-3-h", "16-1", "16-2", "16-3", "24-1", "24-2", "24-3", "32-1", "32-2", "32-3"]
 TABLE1 = [(m, c, None) for m in ("mixtral-s", "mixtral-l") for c in TABLE1_CLUSTERS]
@@ -108,7 +106,9 @@ def run_scenario(catalog: Catalog, name: str, cluster_name: str, gbs: int | None
     starts = ("warm", "cold") if args.start == "both" else (args.start,)
     for start in starts:
         for solver in SOLVERS:
-            row[f"{solver}_{start}"] = _run_exact(model, cluster, st, solver, dp.plan if start == "warm" else None, args)
+            row[f"{solver}_{start}"] = _run_exact(
+                model, cluster, st, solver, dp.plan if start == "warm" else None, args
+            )
     proven = [row[k]["objective_s"] for k in row if k[:5] in ("cpsat", "milp_") and row[k]["status"] == "optimal"]
     proven = [v for v in proven if v is not None]
     bounds = [row[k]["bound_s"] for k in row if k[:5] in ("cpsat", "milp_") and row[k]["bound_s"] is not None]
