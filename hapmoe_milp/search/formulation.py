@@ -74,7 +74,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from hapmoe_milp.instance import Instance, Option, in_group
+from hapmoe_milp.instance import Instance, Option, groups, in_group
 from hapmoe_milp.plan import Plan, Stage
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "timeout"]
@@ -129,14 +129,16 @@ class SubProblem:
     the model of one depth under a cutoff. Arc sets are computed once per slot and cached.
     """
 
-    def __init__(self, inst: Instance, keys: Sequence[tuple]) -> None:
+    def __init__(
+        self, inst: Instance, keys: Sequence[tuple], by_key: dict[tuple, list[Option]] | None = None
+    ) -> None:
         self.inst = inst
         pr = inst.pruning
         options: list[Option] = []
         gid: list[int] = []
         kept: list[tuple] = []
         for key in keys:
-            opts = [o for o in inst.options if in_group(o, key)]
+            opts = by_key.get(key, []) if by_key is not None else [o for o in inst.options if in_group(o, key)]
             if opts:
                 gid.extend([len(kept)] * len(opts))
                 kept.append(key)
@@ -156,6 +158,14 @@ class SubProblem:
         self.node = {t: cluster.node_size(t) for t in self.types}
         self.tix = np.asarray([tpos[o.device] for o in options], dtype=np.int64)
         self.size = np.asarray([o.devices for o in options], dtype=np.int64)
+        # the covering DPs count devices in units of the gcd of a type's stage sizes (exact: every usage
+        # is a multiple of it), which keeps their grids small when all stages are whole nodes
+        unit = [0] * len(self.types)
+        for j, g in zip(self.tix.tolist(), self.size.tolist()):
+            unit[j] = math.gcd(unit[j], g)
+        unit = [u or 1 for u in unit]
+        self.cinv = [v // u for v, u in zip(self.inv, unit)]
+        self.csize = self.size // np.asarray(unit, dtype=np.int64)[self.tix] if self.O else self.size
         self.cap = np.asarray([o.capacity for o in options], dtype=np.float64)
         self.first_ok = np.asarray([o.cfg.dp == inst.first_dp for o in options], dtype=bool)
         classes = sorted({(o.device, o.devices < self.node[o.device]) for o in options})
@@ -217,16 +227,88 @@ class SubProblem:
 
     # ------------------------------------------------------------------ cheap group-level bound
     def _root_bound(self) -> float:
-        """The DP's root bound: each layer needs >= w_l device-seconds on any option, so sum(tau) >=
-        W / g_max and tau_max >= W / (devices); every layer also takes its fastest per-layer time."""
+        """The DP's root bound, per device type: each layer needs at least ``w_t`` device-seconds on
+        type ``t`` (its cheapest usable option there, the layer's cheapest kind), so the cluster
+        processes at most ``sum_t inv_t / w_t`` layers per second and ``tau_max >= N / that``;
+        ``sum(tau) >= W / g_max`` with ``W`` the fewest device-seconds per layer summed over layers, and
+        every layer takes at least its fastest per-layer time. Only options that can hold one layer (its
+        lightest kind, at the fewest micro-batches in flight, no edges) count."""
         if self.O == 0 or self.K < 1:
             return math.inf
-        t = self._pre["fwd"][:, 1:] - self._pre["fwd"][:, :-1] + self._pre["bwd"][:, 1:] - self._pre["bwd"][:, :-1]
-        w = t * self.size[:, None]
+        pre = self._pre
+
+        def per_layer(attr: str) -> np.ndarray:
+            return pre[attr][:, 1:] - pre[attr][:, :-1]
+
+        infl = min(self.inst.in_flight(k) for k in range(1, self.K + 1))
+        one = (per_layer("weights") + infl * per_layer("act")).min(axis=1) + self._fixed
+        usable = one <= self.cap
+        if not usable.any():
+            return math.inf
+        t = (per_layer("fwd") + per_layer("bwd"))[usable]
+        size = self.size[usable]
+        w = t * size[:, None]  # device-seconds per layer
         W = float(w.min(axis=0).sum())
         fastest = float(t.min(axis=0).sum())
-        sum_lb = max(W / float(self.size.max()), fastest)
-        return self.alpha * sum_lb + self.beta * W / float(sum(self.inv))
+        sum_lb = max(W / float(size.max()), fastest)
+        tix = self.tix[usable]
+        rate = 0.0  # layers per second the whole cluster can process at best
+        for j in set(tix.tolist()):
+            wt = float(w[tix == j].min())
+            rate += self.inv[j] / wt if wt > 0 else math.inf
+        tau_lb = self.N / rate if rate > 0 else 0.0
+        t1 = t.min(axis=1)
+        m1 = (per_layer("weights") + infl * per_layer("act")).min(axis=1)[usable]
+        room = (self.cap - self._fixed)[usable]
+        nmem = np.where(m1 > 0, np.floor(room / np.where(m1 > 0, m1, 1.0)), self.N).astype(np.int64)
+        tau_lb = max(tau_lb, self._knapsack_floor(t1, np.minimum(nmem, self.N), tix, size))
+        return self.alpha * max(sum_lb, tau_lb) + self.beta * tau_lb
+
+    def _knapsack_floor(self, t1: np.ndarray, nmem: np.ndarray, tix: np.ndarray, size: np.ndarray) -> float:
+        """Smallest stage time ``T`` at which stages of at most ``T`` can hold all layers on the inventory.
+
+        Relaxation (so a lower bound on ``tau_max``): a stage of option ``o`` holds at most
+        ``min(nmem_o, T / t1_o)`` layers (``t1`` its cheapest per-layer time, ``nmem`` what its memory
+        holds of its lightest layer), edges, p2p, slot positions and the stage count are ignored, and
+        each device type is an unbounded knapsack over its stage sizes, so coverage is a sum over types.
+        """
+        N = self.N
+        cands = np.unique((t1[:, None] * np.arange(1, N + 1)[None, :])[np.arange(N)[None, :] < nmem[:, None]])
+        if not len(cands):
+            return math.inf
+
+        def covers(T: float) -> bool:
+            n = np.minimum(nmem, np.floor(T / t1 * (1 + 1e-12)).astype(np.int64))
+            total = 0
+            for j in set(tix.tolist()):
+                best: dict[int, int] = {}
+                for g, k in zip(size[tix == j].tolist(), n[tix == j].tolist()):
+                    if k > best.get(g, 0):
+                        best[g] = k
+                cap = self.inv[j]
+                if len(best) == 1:
+                    ((g, k),) = best.items()
+                    total += (cap // g) * k
+                else:
+                    dp = [0] * (cap + 1)
+                    items = sorted(best.items())
+                    for u in range(1, cap + 1):
+                        dp[u] = max([dp[u - 1], *(dp[u - g] + k for g, k in items if g <= u)])
+                    total += dp[cap]
+                if total >= N:
+                    return True
+            return total >= N
+
+        if not covers(float(cands[-1])):
+            return math.inf
+        a, b = 0, len(cands) - 1
+        while a < b:
+            mid = (a + b) // 2
+            if covers(float(cands[mid])):
+                b = mid
+            else:
+                a = mid + 1
+        return float(cands[a])
 
     # ------------------------------------------------------------------ arcs
     def _range_arrays(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
@@ -465,10 +547,11 @@ class DepthModel:
                 break
             tmin = [float(t[m].min()) for t, m in zip(eff, masks)]
             R = sum(tmin) - max(tmin)
-            self.sum_lo = max(self.sum_lo, self._sum_bound(masks))
+            self.sum_lo = max(self.sum_lo, sum(tmin))
             self.tau_lo = max(self.tau_lo, max(tmin))
             self.sigma_lo = max(self.sigma_lo, max(float(y[m].min()) for y, m in zip(self._sync, masks)))
             if exact_bounds:
+                self.sum_lo = max(self.sum_lo, self._sum_bound(masks))
                 self.tau_lo = max(self.tau_lo, self._bottleneck(masks, eff))
                 self.sigma_lo = max(self.sigma_lo, self._bottleneck(masks, self._sync))
             self.sum_lo = max(self.sum_lo, self.tau_lo + R)
@@ -516,7 +599,7 @@ class DepthModel:
             return out
         o = a.opt[sel]
         n = a.n[sel]
-        key = sub.tix[o] * 100_000 + sub.size[o]
+        key = sub.tix[o] * 100_000 + sub.csize[o]
         order = np.lexsort((n, key))
         key, n = key[order], n[order]
         last = np.r_[key[1:] != key[:-1], True]
@@ -534,7 +617,7 @@ class DepthModel:
         """
         sub = self.sub
         P, N = self.P, sub.N
-        inv = sub.inv
+        inv = sub.cinv
         effs = [t[m] for t, m in zip(self._eff, masks)]
         if any(not len(e) for e in effs):
             return math.inf
@@ -548,7 +631,7 @@ class DepthModel:
             a = self._slots[k - 1]
             m = masks[k - 1]
             o = a.opt[m]
-            keys.append((sub.tix[o] * 100_000 + sub.size[o], a.n[m].astype(np.float64)))
+            keys.append((sub.tix[o] * 100_000 + sub.csize[o], a.n[m].astype(np.float64)))
         for q in (0.0, 0.5, 0.7, 0.85, 1.0):
             lam = q * ref * P / N
             dp = np.full(shape, np.inf)
@@ -569,7 +652,7 @@ class DepthModel:
     def _probe(self, masks: list[np.ndarray], limit: float) -> list[np.ndarray]:
         sub = self.sub
         P, N = self.P, sub.N
-        inv = sub.inv
+        inv = sub.cinv
         shape = tuple(v + 1 for v in inv)
         items = [self._items(k, masks[k - 1] & (self._eff[k - 1] <= limit)) for k in range(1, P + 1)]
         zero = np.full(shape, _NEG, dtype=np.int64)
@@ -598,7 +681,7 @@ class DepthModel:
                 box = tuple(slice(0, x + 1) for x in w)
                 flip = tuple(slice(None, None, -1) for _ in w)
                 v = int((B[box] + F[box][flip]).max())
-                sel = (sub.tix[a.opt] == j) & (sub.size[a.opt] == g)
+                sel = (sub.tix[a.opt] == j) & (sub.csize[a.opt] == g)
                 need[sel] = N - v if v > _NEG // 2 else N + 1
             m &= a.n >= need
             out.append(m)
@@ -607,7 +690,7 @@ class DepthModel:
     def _covers(self, masks: list[np.ndarray], values: list[np.ndarray], v: float) -> bool:
         """Can one arc per slot, each with ``value <= v``, hold every layer on the inventory?"""
         sub = self.sub
-        inv = sub.inv
+        inv = sub.cinv
         shape = tuple(x + 1 for x in inv)
         best = np.full(shape, _NEG, dtype=np.int64)
         best[(0,) * len(inv)] = 0
@@ -787,9 +870,11 @@ def evaluate_assignment(sub: SubProblem, assignment: Assignment) -> tuple[float,
 
 
 def subproblems(inst: Instance, keys_list: Sequence[Sequence[tuple]]) -> list[SubProblem]:
+    """One sub-problem per entry of ``keys_list`` (options grouped in one pass over the instance)."""
+    by_key = groups(inst)
     out = []
     for keys in keys_list:
-        sp = SubProblem(inst, keys)
+        sp = SubProblem(inst, keys, by_key)
         if sp.O and sp.K >= 1:
             out.append(sp)
     return out
