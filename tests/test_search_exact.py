@@ -240,11 +240,16 @@ def test_depth_model_reductions_against_brute_force(catalog, pattern, sizes, mem
     model = tiny_model(tuple(pattern))
     cluster = tiny_cluster(catalog, spec)
     st_ = _settings()
-    best = min((v for sp in _subproblems(model, cluster, st_, family) for v, _ in _depth_optima(sp).values()), default=None)
+    best = min(
+        (v for sp in _subproblems(model, cluster, st_, family) for v, _ in _depth_optima(sp).values()), default=None
+    )
     if best is None:
         return
     for sp in _subproblems(model, cluster, st_, family):
-        for P, (opt, a) in _depth_optima(sp).items():
+        optima = _depth_optima(sp)
+        if optima:  # the sub-problem's root bound (per-type rate, knapsack floor) is below its optimum
+            assert sp.root_bound <= min(v for v, _ in optima.values()) * (1 + 1e-9)
+        for P, (opt, a) in optima.items():
             for cutoff in (opt * factor, best * factor):
                 dm = DepthModel(sp, P, cutoff)
                 if opt < cutoff:
@@ -254,6 +259,30 @@ def test_depth_model_reductions_against_brute_force(catalog, pattern, sizes, mem
                     assert dm.values(dm.hint_arcs(a))["objective"] <= opt * (1 + 1e-9)
                 elif dm.closed:
                     assert opt >= cutoff * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "milp"])
+def test_relaxed_count_model_for_mixed_kinds_gives_valid_bounds(catalog, monkeypatch, solver):
+    """Mixed kinds too large to enumerate by range are modelled by count with each middle stage at its
+    cheapest window: a relaxation, so its bound stays below the optimum, it never claims optimality
+    unless the cutoff closes it, and the plans it returns are real plans priced exactly."""
+    from hapmoe_milp.search import formulation
+
+    monkeypatch.setattr(formulation, "_ARC_CAP", 1)
+    model = tiny_model((0, 0, 1, 1, 1, 0))
+    cluster = tiny_cluster(catalog, [("h800", 2, None), ("910b", 2, None)])
+    st_ = _settings()
+    ref = solve_dp(model, cluster, st_, family="hetero", pruning=OFF)
+    sp = next(_subproblems(model, cluster, st_))
+    assert sp.relaxed and sp.counts and not sp.too_large
+    for hint in (None, ref):
+        sol = exact.solve(model, cluster, st_, solver=solver, family="hetero", pruning=OFF, hint=hint, time_limit=30)
+        assert sol.bound_s <= ref.objective_s * (1 + 1e-9)
+        assert sol.plan is not None
+        _check_plan_objective(sol, model, cluster, st_)
+        assert sol.objective_s >= ref.objective_s * (1 - 1e-9)
+        if sol.status == "optimal":
+            assert sol.objective_s == pytest.approx(ref.objective_s, rel=1e-6)
 
 
 def test_reductions_shrink_the_model_and_close_depths(catalog):
@@ -483,6 +512,42 @@ def test_backends_import_only_the_shared_model():
         assert "hapmoe_milp.search.exact" not in names
         assert "hapmoe_milp.search.formulation" in names
         assert not {"hapmoe_milp.search.cpsat", "hapmoe_milp.search.milp"} & names
+
+
+def test_milp_keeps_stdout_clean():
+    """HiGHS prints a banner on stdout when its first model is made; the CLI's stdout is the answer."""
+    import subprocess
+    import sys
+
+    code = (
+        "from hapmoe_milp.specs import Catalog\n"
+        "from hapmoe_milp.search import exact\n"
+        "from hapmoe_milp.config import Settings\n"
+        "from tests.conftest import tiny_cluster, tiny_model\n"
+        "st = Settings(seq_length=1024, global_batch_size=4, micro_batch_size=1, dispatcher='alltoall')\n"
+        "c = tiny_cluster(Catalog(), [('h800', 2, None), ('910b', 2, None)])\n"
+        "assert exact.solve(tiny_model((1, 1, 1)), c, st, solver='milp').status == 'optimal'\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == ""
+
+
+def test_certify_preset_proves_and_says_how(catalog):
+    from pathlib import Path
+
+    from hapmoe_milp.presets import load_preset
+
+    pre = load_preset("certify", Path(__file__).resolve().parents[1])
+    assert pre.solver == "auto" and pre.options["backend"] == "cpsat"
+    model = tiny_model((0, 1, 1, 1))
+    cluster = tiny_cluster(catalog, [("h800", 2, 3.0), ("910b", 2, None)])
+    sol = api_solve(
+        model, cluster, pre.solver, settings=_settings(), time_limit=pre.time_limit, solver_options=pre.options
+    )
+    assert sol.status == "optimal" and sol.stats["proved_by"] in ("cpsat", "dp-exact")
+    assert sol.plan is not None and sol.plan.solver["status"] == "optimal"
+    assert sol.plan.solver["proved_by"] == sol.stats["proved_by"]  # the plan file says who proved it
 
 
 def test_cbc_backend_agrees(catalog):

@@ -117,7 +117,7 @@ def solve_model(
     # ---------------------------------------------------------------- structure
     for k in range(1, P + 1):
         m.add_exactly_one([x[a] for a in by_slot[k - 1]]).with_name(f"one_arc_k{k}")
-    if sub.uniform:
+    if sub.counts:
         m.add(sum(int(dm.n[a]) * x[a] for a in range(A)) == N).with_name("layers")
     else:
         start, end = dm.start.tolist(), dm.end.tolist()

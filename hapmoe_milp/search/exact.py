@@ -106,6 +106,7 @@ class _Search:
             ("closed_by_root_bound", "closed_by_reductions", "closed_by_solver", "solver_calls", "depth_models"), 0
         )
         self.unmodelled: list[_Node] = []
+        self.relaxed: list[_Node] = []  # relaxed depth models solved to optimality: bounds, not closed
         self.max_arcs = 0
         self.tolerance_s = 0.0
         self.resolution_s = 0.0
@@ -224,6 +225,10 @@ class _Search:
             # nothing in this depth model is at or below the cutoff it was built under
             self.counts["closed_by_solver"] += 1
             self.close(node, "solver: nothing beats the cutoff", dm.cutoff)
+        elif res.status == "optimal" and dm.sub.relaxed:
+            # a relaxation (mixed kinds priced by their cheapest window): its optimum is a bound only
+            node.bound = max(node.bound, res.bound_s)
+            self.relaxed.append(node)
         elif res.status == "optimal":
             self.counts["closed_by_solver"] += 1
             self.tolerance_s = max(self.tolerance_s, float(self.mod.tolerance(dm, res)))
@@ -374,6 +379,7 @@ def _solve_exact(
         **search.counts,
         "open": len(open_nodes),
         "unmodelled": len(search.unmodelled),
+        "relaxed_open": len(search.relaxed),
         "max_arcs": search.max_arcs,
         "pruning": pr.to_dict(),
         "warm_start": warm,

@@ -82,7 +82,8 @@ SubStatus = Literal["optimal", "feasible", "infeasible", "timeout"]
 Assignment = list[tuple[int, int, int]]
 
 _NEG = -(10**9)
-_ARC_CAP = 400_000  # arcs of one slot kind above which a sub-problem is bounded but not modelled
+_ARC_CAP = 400_000  # (option, layer range) pairs above which mixed kinds are modelled by count (relaxed)
+_COUNT_CAP = 2_000_000  # (option, layer count) pairs above which a sub-problem keeps its root bound only
 
 
 def option_name(o: Option) -> str:
@@ -129,9 +130,7 @@ class SubProblem:
     the model of one depth under a cutoff. Arc sets are computed once per slot and cached.
     """
 
-    def __init__(
-        self, inst: Instance, keys: Sequence[tuple], by_key: dict[tuple, list[Option]] | None = None
-    ) -> None:
+    def __init__(self, inst: Instance, keys: Sequence[tuple], by_key: dict[tuple, list[Option]] | None = None) -> None:
         self.inst = inst
         pr = inst.pruning
         options: list[Option] = []
@@ -214,9 +213,13 @@ class SubProblem:
         self._ranges: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._static: dict[str, dict[str, np.ndarray]] = {}
         self._arcs: dict[tuple[int, bool], ArcSet] = {}
-        ranges = self.N if self.uniform else (self.N - 1) * (self.N - 2) // 2
-        #: too many (option, range) pairs to enumerate: the sub-problem keeps its root bound only
-        self.too_large = self.O * ranges > _ARC_CAP
+        #: mixed layer kinds with too many (option, layer range) pairs to enumerate: arcs are indexed by
+        #: layer count and a middle stage is priced at its cheapest window (a relaxation: bounds only)
+        self.relaxed = not self.uniform and self.O * (self.N - 1) * (self.N - 2) // 2 > _ARC_CAP
+        #: arcs indexed by layer count (positions follow from the stage order) rather than by range
+        self.counts = self.uniform or self.relaxed
+        #: too many even by count: the sub-problem keeps its root bound only
+        self.too_large = self.O * self.N > _COUNT_CAP
         self.root_bound = self._root_bound()
 
     # ------------------------------------------------------------------ labels
@@ -315,7 +318,7 @@ class SubProblem:
         """(start, end) of every layer range a slot of this kind may hold (before depth limits)."""
         if kind not in self._ranges:
             N = self.N
-            if self.uniform:
+            if self.counts:
                 e = np.arange(1, N + 1, dtype=np.int64)
                 s = np.zeros_like(e)
             elif kind == "both":
@@ -339,12 +342,33 @@ class SubProblem:
             return self._static[kind]
         s, e = self._range_arrays(kind)
         pre = self._pre
+        N = self.N
+        windows: list[tuple[np.ndarray, np.ndarray]] = []  # (start, end) columns, one set per window
+        if self.relaxed and kind == "last":
+            windows = [(N - e, np.full_like(e, N))]
+        elif self.relaxed and kind == "mid":
+            # every window [s, s + n) with 1 <= s and s + n <= N - 1; each value minimised separately
+            for s0 in range(1, N - 1):
+                windows.append((np.full_like(e, s0), np.minimum(s0 + e, N - 1)))
+        else:
+            windows = [(s, e)]
 
-        def seg(attr: str) -> np.ndarray:
-            return pre[attr][:, e] - pre[attr][:, s]
+        def seg(attr: str, ws: np.ndarray, we: np.ndarray) -> np.ndarray:
+            return pre[attr][:, we] - pre[attr][:, ws]
 
-        fwd, bwd, w, a = seg("fwd"), seg("bwd"), seg("weights"), seg("act")
-        rs, ag, op = seg("rs"), seg("ag"), seg("opt")
+        vals: dict[str, np.ndarray] = {}
+        for ws, we in windows:
+            cur = {attr: seg(attr, ws, we) for attr in ("fwd", "bwd", "weights", "act", "rs", "ag", "opt")}
+            cur["sync"] = self._sync_of(cur)
+            cur["time"] = cur["fwd"] + cur["bwd"]
+            if self.relaxed and kind == "mid":
+                short = (ws + e) > N - 1  # the window does not fit (its columns were clipped): never the minimum
+                for attr in cur:
+                    cur[attr] = np.where(short[None, :], np.inf, cur[attr])
+            for attr, v in cur.items():
+                vals[attr] = v if attr not in vals else np.minimum(vals[attr], v)
+        fwd, bwd, w, a = vals["fwd"], vals["bwd"], vals["weights"], vals["act"]
+        rs, ag, op = vals["rs"], vals["ag"], vals["opt"]
         fixed = np.broadcast_to(self._fixed[:, None], fwd.shape).copy()
         sides = {"first": ("first",), "last": ("last",), "both": ("first", "last"), "mid": ()}[kind]
         for side in sides:
@@ -357,11 +381,15 @@ class SubProblem:
             ag = ag + ed[f"{side}.ag"][:, None]
             op = op + ed[f"{side}.opt"][:, None]
             fixed = fixed + ed[f"{side}.work"][:, None]
-        st = self.inst.settings
-        y = (np.maximum(0.0, rs - bwd) if st.overlap_grad_reduce else rs) + (
-            np.maximum(0.0, ag - fwd) if st.overlap_param_gather else ag
-        )
-        valid = np.ones(fwd.shape, dtype=bool)
+        if self.relaxed and kind == "mid":  # no edges in the middle: the per-window minima stand
+            time_, sync = vals["time"], vals["sync"]
+        else:
+            st = self.inst.settings
+            y = (np.maximum(0.0, rs - bwd) if st.overlap_grad_reduce else rs) + (
+                np.maximum(0.0, ag - fwd) if st.overlap_param_gather else ag
+            )
+            time_, sync = fwd + bwd, y + op
+        valid = np.isfinite(time_)
         if self.layer_band:
             n = (e - s)[None, :]
             lo = np.asarray([o.band[0] for o in self.options])[:, None]
@@ -369,9 +397,17 @@ class SubProblem:
             valid &= (n >= lo) & (n <= hi)
         if kind in ("first", "both"):
             valid &= self.first_ok[:, None]
-        out = {"time": fwd + bwd, "sync": y + op, "w": w, "a": a, "fixed": fixed, "valid": valid}
+        out = {"time": time_, "sync": sync, "w": w, "a": a, "fixed": fixed, "valid": valid}
         self._static[kind] = out
         return out
+
+    def _sync_of(self, cur: dict[str, np.ndarray]) -> np.ndarray:
+        """Exposed sync + optimizer of a middle window (``Instance.evaluate``'s formula, no edges)."""
+        st = self.inst.settings
+        y = (np.maximum(0.0, cur["rs"] - cur["bwd"]) if st.overlap_grad_reduce else cur["rs"]) + (
+            np.maximum(0.0, cur["ag"] - cur["fwd"]) if st.overlap_param_gather else cur["ag"]
+        )
+        return y + cur["opt"]
 
     def arcs(self, k: int, first: bool) -> ArcSet:
         """Arcs of slot ``k`` (first stage or not): memory-feasible, dominance-reduced."""
@@ -527,7 +563,7 @@ class DepthModel:
             a = sub.arcs(k, k == P)
             slots.append(a)
             # every other slot holds at least one layer
-            if sub.uniform:
+            if sub.counts:
                 m = a.n <= N - (P - 1)
             else:
                 m = (a.s >= P - k) & (a.e <= N - (k - 1))
@@ -764,7 +800,7 @@ class DepthModel:
     def arc_of(self, k: int, i: int, s: int, e: int) -> int | None:
         """Index of the arc (slot, option, range), following dominance; None if not in the model."""
         sub = self.sub
-        if sub.uniform:
+        if sub.counts:
             s, e = 0, e - s
         a = sub.arcs(k, k == self.P)
         i = a.dominated_by.get((i, s, e), i)
@@ -791,7 +827,7 @@ class DepthModel:
         pos = 0
         for k in range(self.P, 0, -1):
             a = by_k[k]
-            if self.sub.uniform:
+            if self.sub.counts:
                 s, e = pos, pos + int(self.n[a])
             else:
                 s, e = int(self.start[a]), int(self.end[a])

@@ -164,7 +164,7 @@ def build(model: DepthModel) -> tuple[pulp.LpProblem, dict[str, Any], float]:
     x = [_var(prob, f"x_k{int(dm.slot[a])}_a{a}", 0, 1, B) for a in range(A)]
     for k in range(1, P + 1):
         prob += _lin([(x[a], 1.0) for a in by_slot[k - 1]]) == 1, f"one_arc_k{k}"
-    if sub.uniform:
+    if sub.counts:
         prob += _lin([(x[a], float(dm.n[a])) for a in range(A)]) == N, "layers"
     else:
         start, end = dm.start.tolist(), dm.end.tolist()
