@@ -33,7 +33,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hapmoe_milp.config import Settings
-from hapmoe_milp.cost.estimate import estimate
 from hapmoe_milp.instance import Instance, build_instances, group_keys
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.search import backends
@@ -65,13 +64,6 @@ FIRST_SLICE = 0.25
 COLD_SLICE = 0.03
 MIN_SLICE_S = 0.5
 PROGRESS_EVERY_S = 0.2
-
-
-def evaluate_plan(inst: Instance, plan: Plan) -> tuple[float, bool]:
-    """(closed-form iteration time, fits) by ``cost.estimate``: the independent re-evaluation tests and
-    ``compare`` use (the search itself prices plans as the DP does, ``evaluate_assignment``)."""
-    est = estimate(inst.model, inst.cluster, plan, inst.settings, cost_model=inst.cost_model)
-    return est.iteration_time_s, est.fits
 
 
 @dataclass(eq=False)
@@ -512,4 +504,4 @@ def _solve_auto(
     )
 
 
-__all__ = ["EXACT_PRUNING", "evaluate_plan", "solve"]
+__all__ = ["EXACT_PRUNING", "solve"]

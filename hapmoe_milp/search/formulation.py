@@ -32,34 +32,53 @@ an arc's stage time, memory and exposed sync are constants, so:
   the end without straddling a node (``instance.aligned``), optional one-size-per-type
   (``uniform_stage_size``, ``large_cluster``); megatron groups have one mesh per group key.
 
-Why each reduction and cut is valid (it removes no plan that beats the cutoff):
+Why each reduction and cut is valid (it removes no plan that beats the cutoff; a test checks every one
+against brute-force depth optima):
 
+- *Sub-problem root bound* (before any depth is built): every layer needs at least ``w_t``
+  device-seconds on device type ``t`` (the cheapest option there that can hold a layer), so the cluster
+  processes at most ``sum_t inv_t / w_t`` layers per second and ``tau_max >= N / sum_t inv_t / w_t``;
+  a per-type unbounded knapsack (stage sizes, at most ``min(memory, T / t)`` layers a stage) gives the
+  smallest ``T`` at which the inventory can hold every layer at all, another floor on ``tau_max``; and
+  ``sum tau`` is at least the fewest device-seconds over the largest stage and the sum of each layer's
+  fastest time. Every relaxation there (edges, p2p, slot positions, stage count ignored) only lowers it.
 - *Objective cutoff* ``obj <= cutoff`` (the incumbent): sub-problems are solved to prove that nothing
-  beats it. Every plan has ``sum tau >= tau_max + R`` with ``R = sum_k min tau(slot k) - max_k min
-  tau(slot k)`` and ``sigma >= sigma_lo = max_k min sync(slot k)``, so a plan under the cutoff has
-  ``tau_max <= tau_hi = (cutoff - alpha R - sigma_lo) / (alpha + beta)``; an arc slower than that
-  (with its cheapest p2p) is in no such plan and is not built.
+  beats it. With lower bounds ``tau_lo`` on ``tau_max``, ``S`` on ``sum tau`` and ``sigma_lo`` on
+  ``sigma``, an arc of (p2p-cheapest) stage time ``t`` and sync ``y`` in slot ``k`` is in no plan under
+  the cutoff if ``beta max(tau_lo, t) + alpha max(S, t + R_k) + max(sigma_lo, y) > cutoff``, where
+  ``R_k`` sums the other slots' smallest stage times; such arcs are not built.
 - *Arc dominance*: of two arcs in one slot with the same device type, size, link class, group and layer
   range, one no worse in time, sync and p2p towards every class can replace the other in any plan
   (inventory, layout, memory -- both fit -- and every other stage unchanged), so the worse one is
   dropped (ties keep the lower option index). Off when the cross-type p2p rule is on (it could forbid
   the better arc).
-- *Suffix bounds* (the DP's remaining-layer/remaining-time and memory bounds, per slot): with stage
-  times at most ``T``, slots ``1..k-1`` and ``k+1..P`` can hold at most ``cover(u)`` layers on ``u``
-  devices per type (a DP over devices per type; each slot contributes the most layers any of its
-  arcs of that type and size holds within ``T`` *and its memory*), so an arc of ``n`` layers on ``g``
-  devices is in no plan unless ``n + max_{u1 + u2 <= inv - g} (fwd[k-1](u1) + bwd[k+1](u2)) >= N``.
-  Applied at ``T = tau_hi`` it removes arcs (probing; repeated until nothing changes, since ``R`` and
-  ``sigma_lo`` grow). The smallest ``T`` at which depth ``P`` covers all ``N`` layers is a lower bound
-  ``tau_lo`` on ``tau_max`` (added as a cut); the layer counts' integrality is what makes it strong.
-  Relaxations used there (cheapest p2p, layout rules ignored) only make the covering larger.
+- *Suffix bounds* (the DP's remaining-layer/remaining-time and memory bounds, per slot): slots
+  ``1..k-1`` and ``k+1..P`` can hold at most ``cover(u)`` layers on ``u`` devices per type (a DP over
+  devices per type; each slot contributes the most layers any of its surviving arcs of that type and
+  size holds -- arcs exist only within the time bound *and* the memory), so an arc of ``n`` layers on
+  ``g`` devices is in no plan unless ``n + max_{u1 + u2 <= inv - g} (fwd[k-1](u1) + bwd[k+1](u2)) >= N``
+  (probing). The smallest stage time at which the surviving arcs still cover all ``N`` layers is
+  ``tau_lo``; the smallest sync at which they do is ``sigma_lo`` (bottleneck bisections; the layer
+  counts' integrality and the inventory are what make them strong). Relaxations used there (cheapest
+  p2p, layout rules ignored) only make the covering larger. Filter, probe and bounds repeat to a
+  fixpoint.
+- *Sum bound* (Lagrangian): for any ``lam``, ``sum tau = lam N + sum_k (tau_k - lam n_k)``, and a min-plus
+  DP over devices per type of each slot's cheapest ``time - lam n`` bounds the second term; a few
+  ``lam`` around the balanced per-layer time are tried. ``S`` is the best of that, ``tau_lo + R`` and
+  the sum of the slots' smallest times.
 - *Symmetry* (uniform layer kinds only): two adjacent middle slots ``k, k+1`` with the same option,
   when slot ``k-1`` has that option's link class, have the same p2p, so swapping their layer counts
   swaps their stage times and syncs (sum and max unchanged); in-flight memory does not decrease towards
   the front (checked on ``inst.in_flight``), so moving the larger count to slot ``k`` still fits. Hence
   ``n[k+1] <= n[k]`` loses no objective value.
-- *Depth bound*: ``beta tau_lo + alpha max(tau_lo + R, sum_k min tau(slot k)) + sigma_lo`` is a lower
-  bound on every plan of this depth; a depth whose bound reaches the cutoff is closed without a model.
+- *Depth bound*: ``beta tau_lo + alpha S + sigma_lo`` bounds every plan of this depth under the cutoff;
+  a depth whose bound reaches the cutoff, or whose slots lose every arc, is closed without a model.
+
+Mixed kinds at scale (e.g. DeepSeek-V3's 62 layers on hundreds of options): when ranges are too many to
+enumerate, arcs are indexed by count and a middle stage is priced at the cheapest window of that many
+layers (each of time, sync and memory minimised separately; the first and last stage's windows are
+fixed). That is a relaxation: its bounds are valid, the plans it decodes are re-priced exactly
+(``evaluate_assignment``) before they count, and its optimum never closes a depth unless the cutoff does.
 
 CP-SAT scales times to integers (see :mod:`hapmoe_milp.search.cpsat`); the MILP uses them as reals.
 """
