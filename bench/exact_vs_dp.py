@@ -19,6 +19,7 @@ skips scenarios already there); ``--write`` regenerates the ``exact_vs_dp`` sect
 
     python bench/exact_vs_dp.py [--scenario M/C ...] [--table1-only] [--time-limit 60] [--threads N]
                                 [--start warm|cold|both] [--rows bench/exact_vs_dp.jsonl] [--resume] [--write]
+                                [--write-only]
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ def run_scenario(catalog: Catalog, name: str, cluster_name: str, gbs: int | None
         offload = True
         dp = solve_dp(model, cluster, st, time_limit=args.time_limit)
     row: dict[str, Any] = {
+        "cmd": command_line(),
+        "time_limit_s": args.time_limit,
+        "threads": args.threads,
         "model": name,
         "cluster": cluster_name,
         "gbs": st.global_batch_size,
@@ -140,7 +144,10 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     head += ["proven optimum s/iter", "DP gap to optimum", "depth models closed by CP-SAT / MILP"]
     body = []
     for r in rows:
-        cells = [r["model"], r["cluster"], "yes" if r["offload"] else "no", _fmt(r["dp"]["objective_s"])]
+        dp_obj = _fmt(r["dp"]["objective_s"])
+        if r["dp"]["status"] not in ("feasible", "optimal"):
+            dp_obj = f"{r['dp']['status']} {dp_obj}"  # e.g. the DP stopped at its time limit with this plan
+        cells = [r["model"], r["cluster"], "yes" if r["offload"] else "no", dp_obj]
         cells.append(f"{r['dp']['wall_s']:.1f}")
         for s in starts:
             cells += [_cell(r.get(f"cpsat_{s}")), _cell(r.get(f"milp_{s}"))]
@@ -164,14 +171,28 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         for st in starts
     }
     within = sum(1 for r in t1 if r.get("dp_gap_to_optimum") is not None and r["dp_gap_to_optimum"] <= 0.01)
+    big = [r for r in rows if r["devices"] > 32]
+    runs = [(r, v) for r in big for k, v in r.items() if k[:5] in ("cpsat", "milp_") and v]
+    no_worse = sum(
+        1
+        for r, v in runs
+        if v["objective_s"] is not None
+        and r["dp"]["objective_s"] is not None
+        and v["objective_s"] <= r["dp"]["objective_s"] * (1 + 1e-9)
+    )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    cmds = sorted({r.get("cmd", "?") for r in rows})
+    limits = sorted({r.get("time_limit_s", args.time_limit) for r in rows})
+    threads = sorted({r.get("threads") or os.cpu_count() for r in rows})
     lines = [
         "## Exact solvers vs the pruned DP (proofs of optimality)",
         "",
-        f"Command: `{command_line()}` ({args.time_limit:g} s limit per solver, threads="
-        f"{args.threads or os.cpu_count()}, {platform.machine()} with {os.cpu_count()} cores, load average "
-        f"{load:.1f} when written; wall times on a shared machine are upper bounds, CPU seconds count every "
-        "solver thread of this process). `warm`: the exact solver gets the DP plan as incumbent and hint "
+        "Rows made by " + " and ".join(f"`{c}`" for c in cmds) + f"; section written by `{command_line()}` "
+        f"({'/'.join(f'{x:g}' for x in limits)} s limit per solver, threads={'/'.join(map(str, threads))}, "
+        f"{platform.machine()} with {os.cpu_count()} cores, load average {load:.1f} when written; wall times "
+        "on a shared machine are upper bounds, CPU seconds count every solver thread of this process; re-run "
+        "everything with `python bench/exact_vs_dp.py --write`). `warm`: the exact solver gets the DP plan as "
+        "incumbent and hint "
         "(what `--solver auto` does); `cold`: it runs on its own. Each cell: status, wall seconds of that "
         "solver alone (CPU seconds), proven relative gap. The last column counts the depth models the "
         "backend closed itself (the rest were closed by the formulation's bounds and reductions under the "
@@ -179,7 +200,13 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "",
         "Table 1 (24 scenarios): "
         + ", ".join(f"{s} {st} proved {proved[(s, st)]}/{len(t1)}" for s in SOLVERS for st in starts)
-        + f"; pruned DP within 1% of the proven optimum on {within}/{len(t1)}.",
+        + f"; pruned DP within 1% of the proven optimum on {within}/{len(t1)}."
+        + (
+            f" Large clusters: {no_worse}/{len(runs)} exact runs returned a plan no worse than the DP's, with the "
+            "proven gap shown."
+            if big
+            else ""
+        ),
         "",
         table(head, body),
     ]
@@ -206,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=Path, default=DEFAULT_ROWS, help="JSONL of finished scenarios")
     ap.add_argument("--resume", action="store_true", help="skip scenarios already in --rows")
     ap.add_argument("--write", action="store_true", help="regenerate the RESULTS.md section from --rows")
+    ap.add_argument("--write-only", action="store_true", help="only regenerate the section (no runs)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     cases = TABLE1 + ([] if args.table1_only else LARGE)
@@ -214,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         cases = [c for c in cases if f"{c[0]}/{c[1]}" in want]
         unknown = want - {f"{c[0]}/{c[1]}" for c in TABLE1 + LARGE}
         cases += [(s.split("/")[0], s.split("/")[1], None) for s in sorted(unknown)]
+    if args.write_only:
+        cases, args.write = [], True
     done = {(r["model"], r["cluster"]) for r in load_rows(args.rows)} if args.resume else set()
     catalog = Catalog()
     for name, cl, gbs in cases:
