@@ -2,7 +2,8 @@
 
 All solvers read the same instances, so on one (model, cluster, settings, family) every exact solver
 that finishes must reach the same optimum, every proven bound must sit below every plan's objective, and
-the pruned DP's distance to the best proven bound is the price of its pruning. Where two plans differ,
+the pruned DP's distance to the best proven bound is the price of its pruning. When some solver proves
+optimality, the report names the proven optimum and the DP's distance to it. Where two plans differ,
 the stage-by-stage diff shows how (ties between different plans are common: recompute levels that cost
 the same time, mirrored layer splits).
 """
@@ -178,6 +179,7 @@ def compare_solvers(
                 "bound_s": out.bound_s,
                 "gap": out.gap,
                 "wall_s": out.wall_s,
+                "proved_by": out.stats.get("proved_by") if out.status == "optimal" else None,
                 "tolerance_s": _tolerance(out),
                 "plan": plan_summary(out.plan),
                 "message": out.message,
@@ -223,6 +225,12 @@ def compare_solvers(
     dp_gap = math.nan
     if dp is not None and dp.plan is not None and best_bound == best_bound:
         dp_gap = max(0.0, (dp.objective_s - best_bound) / dp.objective_s)
+    # the proven optimum: the best plan of a solver that proved optimality (exact solvers, dp-exact)
+    proven = {k: s for k, s in optimal.items() if k != "dp"}
+    proven_opt = min((s.objective_s for s in proven.values()), default=math.nan)
+    dp_distance = math.nan
+    if dp is not None and dp.plan is not None and proven_opt == proven_opt:
+        dp_distance = (dp.objective_s - proven_opt) / proven_opt
     diffs: dict[str, list[dict[str, Any]]] = {}
     ref_name = min(with_plan, key=lambda k: (with_plan[k].objective_s, k != "cpsat"), default=None)
     if ref_name is not None:
@@ -244,6 +252,9 @@ def compare_solvers(
         "best_objective_s": best_obj,
         "best_bound_s": best_bound,
         "dp_gap": dp_gap,
+        "proven_optimum_s": proven_opt,
+        "proved_by": sorted(proven),
+        "dp_distance_to_optimum": dp_distance,
         "reference": ref_name,
         "diffs": diffs,
     }
@@ -267,6 +278,16 @@ def format_markdown(report: dict[str, Any]) -> str:
             f"| {r['solver']} | {r['status']} | {r['objective_s']:.6g} | {r['bound_s']:.6g} | "
             f"{'' if gap != gap else f'{gap:.2%}'} | {r['wall_s']:.1f} | {len(r['plan'])} |"
         )
+    opt = report.get("proven_optimum_s", math.nan)
+    dist = report.get("dp_distance_to_optimum", math.nan)
+    lines.append("")
+    if opt == opt:
+        line = f"proven optimum {opt:.6g} s (by {', '.join(report.get('proved_by', []))})"
+        if dist == dist:
+            line += f"; the pruned DP's distance to the proven optimum: {dist:.4%}"
+        lines.append(line)
+    else:
+        lines.append("no solver proved optimality within the time limit; dp_gap is to the best proven bound")
     return "\n".join(lines)
 
 

@@ -57,7 +57,9 @@ def _show(v: Any) -> str:
 
 def check_float(name: str, v: Any, lo: float, hi: float, *, lo_open: bool = False, what: str = "a number") -> float:
     """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
-    if isinstance(v, bool) or not isinstance(v, int | float):
+    if isinstance(v, bool | str | bytes):
+        raise SettingsError(f"must be {what}, got {_show(v)}", field=name)
+    if not isinstance(v, int | float):
         try:
             v = float(v)  # numpy scalars
         except (TypeError, ValueError):

@@ -3,12 +3,15 @@
 The DP with every pruning switch off is exact over the instance (tests/test_search_dp.py checks it
 against brute force), so on random small instances all three must agree -- CP-SAT within the scaling
 tolerance it states, the MILP within its relative gap -- and every plan must re-evaluate, through the
-independent `cost.estimate` path, to exactly the objective its solver reports.
+independent `cost.estimate` path, to exactly the objective its solver reports. The formulation's
+reductions are checked on their own too: the DP's optimal plan survives every one of them under a
+cutoff just above its objective, and every arc prices exactly as `Instance.evaluate` does.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,11 +21,12 @@ from hapmoe_milp.api import solve as api_solve
 from hapmoe_milp.compare import DP_EXACT_MAX_WORK, compare_solvers, dp_exact_work
 from hapmoe_milp.config import Settings
 from hapmoe_milp.cost.estimate import estimate
-from hapmoe_milp.errors import InfeasibleError
-from hapmoe_milp.instance import build_instances
+from hapmoe_milp.errors import InfeasibleError, SolverError
+from hapmoe_milp.instance import build_instances, group_keys
 from hapmoe_milp.plan import check_plan
-from hapmoe_milp.search import cpsat, exact, milp
+from hapmoe_milp.search import backends, cpsat, exact, milp
 from hapmoe_milp.search.dp import solve_dp
+from hapmoe_milp.search.formulation import DepthModel, SubProblem, assignment_of, evaluate_assignment
 from hapmoe_milp.space import Pruning
 from tests.conftest import tiny_cluster, tiny_model
 
@@ -57,7 +61,7 @@ def _assert_agree(model, cluster, st, family: str = "both", time_limit: float | 
     _check_plan_objective(ref, model, cluster, st)
     # CP-SAT: the plan is within the stated scaling tolerance of the optimum, the bound below it
     assert cp.status == "optimal", cp
-    tol = cp.stats["tolerance_s"]
+    tol = cp.stats.get("tolerance_s", 0.0)
     assert tol <= 1e-5 * opt  # the automatic time unit keeps the scaling error tiny
     assert opt * (1 - 1e-9) <= cp.objective_s <= opt + tol + 1e-12
     assert cp.bound_s <= opt * (1 + 1e-9)
@@ -73,24 +77,26 @@ def _assert_agree(model, cluster, st, family: str = "both", time_limit: float | 
 
 
 CASES = [
-    # (layer pattern, cluster: (device, devices, memory GiB or None), family)
-    ((1, 0, 1), [("h800", 2, None), ("910b", 2, None)], "both"),
-    ((0, 1, 1, 1), [("h800", 2, 3.0), ("mi300x", 1, 3.0)], "hetero"),
-    ((1, 1, 0, 1, 1), [("a100", 2, 2.6), ("v100", 1, None)], "both"),
-    ((1, 1, 1, 1, 1, 1), [("h800", 4, 2.5), ("910b", 2, 3.0)], "hetero"),
-    ((0, 1, 1, 0, 1), [("h100", 1, 3.0), ("a40", 1, None), ("910b", 1, 3.0)], "hetero"),
+    # (layer pattern, cluster: (device, devices, memory GiB or None), family, MTP layers)
+    ((1, 0, 1), [("h800", 2, None), ("910b", 2, None)], "both", 0),
+    ((0, 1, 1, 1), [("h800", 2, 3.0), ("mi300x", 1, 3.0)], "hetero", 0),
+    ((1, 1, 0, 1, 1), [("a100", 2, 2.6), ("v100", 1, None)], "both", 0),
+    ((1, 1, 1, 1, 1, 1), [("h800", 4, 2.5), ("910b", 2, 3.0)], "hetero", 0),
+    ((0, 1, 1, 0, 1), [("h100", 1, 3.0), ("a40", 1, None), ("910b", 1, 3.0)], "hetero", 0),
+    ((0, 0, 1, 1, 1), [("h800", 2, None), ("910b", 2, 3.0)], "both", 1),
+    ((1, 1, 1, 1), [("h800", 4, None), ("910b", 4, None)], "hetero", 0),
 ]
 
 
-@pytest.mark.parametrize(("pattern", "spec", "family"), CASES)
-def test_exact_solvers_match_unpruned_dp(catalog, pattern, spec, family):
-    model = tiny_model(pattern)
+@pytest.mark.parametrize(("pattern", "spec", "family", "mtp"), CASES)
+def test_exact_solvers_match_unpruned_dp(catalog, pattern, spec, family, mtp):
+    model = tiny_model(pattern, mtp=mtp)
     cluster = tiny_cluster(catalog, spec)
     _assert_agree(model, cluster, _settings(), family)
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
 @given(
     pattern=st.lists(st.integers(0, 1), min_size=2, max_size=6).filter(any),
@@ -99,11 +105,12 @@ def test_exact_solvers_match_unpruned_dp(catalog, pattern, spec, family):
     types=st.sampled_from([("h800", "910b", "a100"), ("a100", "mi300x", "v100"), ("h100", "a40", "910b")]),
     gbs=st.sampled_from([2, 4]),
     family=st.sampled_from(["both", "hetero"]),
+    mtp=st.sampled_from([0, 0, 1]),
 )
-def test_exact_solvers_match_unpruned_dp_random(catalog, pattern, sizes, mem, types, gbs, family):
-    """2-3 device types, the first with its memory cut so that it binds on some draws."""
+def test_exact_solvers_match_unpruned_dp_random(catalog, pattern, sizes, mem, types, gbs, family, mtp):
+    """2-3 device types, mixed dense/MoE, MTP on some draws, the first type's memory cut so it binds."""
     spec = [(types[j], n, mem if j == 0 else None) for j, n in enumerate(sizes)]
-    model = tiny_model(tuple(pattern))
+    model = tiny_model(tuple(pattern), mtp=mtp)
     cluster = tiny_cluster(catalog, spec)
     _assert_agree(model, cluster, _settings(gbs), family)
 
@@ -124,6 +131,243 @@ def test_exact_solvers_match_unpruned_dp_larger(catalog, pattern, mem, third):
     _assert_agree(model, cluster, _settings(8), "hetero", time_limit=300)
 
 
+# ------------------------------------------------------------------------------------------ formulation
+def _subproblems(model, cluster, st, family="hetero", pruning=OFF):
+    for inst in build_instances(model, cluster, st, family, pruning):
+        for key in group_keys(inst):
+            sp = SubProblem(inst, [key])
+            if sp.O:
+                yield sp
+
+
+@pytest.mark.parametrize("pattern", [(1, 1, 1, 1, 1), (0, 1, 1, 0, 1)])
+def test_every_arc_prices_as_instance_evaluate(catalog, pattern):
+    """Arc time, sync and memory fit are exactly Instance.evaluate's (uniform and positional arcs)."""
+    model = tiny_model(pattern)
+    cluster = tiny_cluster(catalog, [("h800", 2, 2.6), ("910b", 2, None)])
+    checked = 0
+    for sp in _subproblems(model, cluster, _settings()):
+        inst = sp.inst
+        for P in range(1, min(sp.K, 3) + 1):
+            for k in range(1, P + 1):
+                arcs = sp.arcs(k, k == P)
+                for a in range(0, len(arcs), max(1, len(arcs) // 7)):
+                    i, s, e = int(arcs.opt[a]), int(arcs.s[a]), int(arcs.e[a])
+                    o = sp.options[i]
+                    ev = inst.evaluate(o, s, e, from_end=k, first=k == P)
+                    assert ev.fwd + ev.bwd == pytest.approx(float(arcs.time[a]), rel=1e-12, abs=1e-15)
+                    assert ev.sync == pytest.approx(float(arcs.sync[a]), rel=1e-12, abs=1e-15)
+                    assert ev.memory <= o.capacity
+                    checked += 1
+    assert checked > 20
+
+
+def test_optimal_plan_survives_every_reduction(catalog):
+    """Under a cutoff just above the optimum, the optimal plan's depth model still holds its arcs, and
+    that model's bound (covering, sum and sync cuts) stays below the optimum."""
+    for pattern, spec in [
+        ((1, 1, 1, 1, 1, 1), [("h800", 4, 2.5), ("910b", 2, 3.0)]),
+        ((0, 1, 1, 0, 1, 1), [("a100", 2, 2.6), ("v100", 2, None)]),
+    ]:
+        model = tiny_model(pattern)
+        cluster = tiny_cluster(catalog, spec)
+        st_ = _settings()
+        ref = solve_dp(model, cluster, st_, family="hetero", pruning=OFF)
+        found = False
+        for sp in _subproblems(model, cluster, st_):
+            a = assignment_of(sp, ref.plan)
+            if a is None:
+                continue
+            val, fits = evaluate_assignment(sp, a)
+            assert fits and val == pytest.approx(ref.objective_s, rel=1e-12)
+            dm = DepthModel(sp, len(a), ref.objective_s * (1 + 1e-9))
+            assert not dm.closed, dm.reason
+            arcs = dm.hint_arcs(a)
+            assert arcs is not None
+            assert dm.values(arcs)["objective"] <= ref.objective_s * (1 + 1e-9)
+            assert dm.bound <= ref.objective_s * (1 + 1e-9)
+            assert dm.tau_lo <= dm.values(arcs)["tau_max"] * (1 + 1e-12)
+            found = True
+        assert found
+
+
+def _depth_optima(sp: SubProblem) -> dict[int, tuple[float, list]]:
+    """Brute force: the best plan of every depth of a sub-problem (instance pricing, layout rules by
+    ``check_plan``), independent of the formulation's arcs and reductions."""
+    import itertools
+
+    from hapmoe_milp.errors import PlanError
+    from hapmoe_milp.search.formulation import plan_of
+
+    inst = sp.inst
+    n = sp.N
+    out: dict[int, tuple[float, list]] = {}
+    for P in range(1, sp.K + 1):
+        for cuts in itertools.combinations(range(1, n), P - 1):
+            bounds = (0, *cuts, n)
+            for combo in itertools.product(range(sp.O), repeat=P):
+                if len({int(sp.gid[i]) for i in combo}) > 1:
+                    continue
+                a = [(i, bounds[j], bounds[j + 1]) for j, i in enumerate(combo)]
+                if sp.options[combo[0]].cfg.dp != inst.first_dp:
+                    continue
+                try:
+                    check_plan(plan_of(sp, a), inst.model, inst.cluster)
+                except PlanError:
+                    continue
+                val, fits = evaluate_assignment(sp, a)
+                if fits and val < out.get(P, (math.inf, []))[0]:
+                    out[P] = (val, a)
+    return out
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    pattern=st.lists(st.integers(0, 1), min_size=2, max_size=4).filter(any),
+    sizes=st.sampled_from([(2, 1), (2, 2), (1, 1, 1)]),
+    mem=st.sampled_from([None, 2.4]),
+    family=st.sampled_from(["hetero", "megatron"]),
+    factor=st.sampled_from([1 + 1e-9, 1.01, 0.99]),
+)
+def test_depth_model_reductions_against_brute_force(catalog, pattern, sizes, mem, family, factor):
+    """Every reduction is valid: under a cutoff above a depth's brute-force optimum the depth model is
+    not closed, its bound stays below that optimum and the optimal plan keeps its arcs; a depth model
+    closed by the reductions has no plan below the cutoff."""
+    types = ("h800", "910b", "a100")
+    spec = [(types[j], g, mem if j == 0 else None) for j, g in enumerate(sizes)]
+    model = tiny_model(tuple(pattern))
+    cluster = tiny_cluster(catalog, spec)
+    st_ = _settings()
+    best = min(
+        (v for sp in _subproblems(model, cluster, st_, family) for v, _ in _depth_optima(sp).values()), default=None
+    )
+    if best is None:
+        return
+    for sp in _subproblems(model, cluster, st_, family):
+        optima = _depth_optima(sp)
+        if optima:  # the sub-problem's root bound (per-type rate, knapsack floor) is below its optimum
+            assert sp.root_bound <= min(v for v, _ in optima.values()) * (1 + 1e-9)
+        for P, (opt, a) in optima.items():
+            for cutoff in (opt * factor, best * factor):
+                dm = DepthModel(sp, P, cutoff)
+                if opt < cutoff:
+                    assert not dm.closed, (dm.reason, opt, cutoff)
+                    assert dm.bound <= opt * (1 + 1e-9)
+                    assert dm.hint_arcs(a) is not None
+                    assert dm.values(dm.hint_arcs(a))["objective"] <= opt * (1 + 1e-9)
+                elif dm.closed:
+                    assert opt >= cutoff * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "milp"])
+def test_relaxed_count_model_for_mixed_kinds_gives_valid_bounds(catalog, monkeypatch, solver):
+    """Mixed kinds too large to enumerate by range are modelled by count with each middle stage at its
+    cheapest window: a relaxation, so its bound stays below the optimum, it never claims optimality
+    unless the cutoff closes it, and the plans it returns are real plans priced exactly."""
+    from hapmoe_milp.search import formulation
+
+    monkeypatch.setattr(formulation, "_ARC_CAP", 1)
+    model = tiny_model((0, 0, 1, 1, 1, 0))
+    cluster = tiny_cluster(catalog, [("h800", 2, None), ("910b", 2, None)])
+    st_ = _settings()
+    ref = solve_dp(model, cluster, st_, family="hetero", pruning=OFF)
+    sp = next(_subproblems(model, cluster, st_))
+    assert sp.relaxed and sp.counts and not sp.too_large
+    for hint in (None, ref):
+        sol = exact.solve(model, cluster, st_, solver=solver, family="hetero", pruning=OFF, hint=hint, time_limit=30)
+        assert sol.bound_s <= ref.objective_s * (1 + 1e-9)
+        assert sol.plan is not None
+        _check_plan_objective(sol, model, cluster, st_)
+        assert sol.objective_s >= ref.objective_s * (1 - 1e-9)
+        if sol.status == "optimal":
+            assert sol.objective_s == pytest.approx(ref.objective_s, rel=1e-6)
+
+
+def test_reductions_shrink_the_model_and_close_depths(catalog):
+    """A cutoff at the optimum removes arcs (time filter, covering probe) and closes some depths outright."""
+    model = tiny_model((1, 1, 1, 1, 1, 1, 1, 1), hidden=1024, heads=8)
+    cluster = tiny_cluster(catalog, [("h800", 4, None), ("910b", 4, None)])
+    st_ = _settings(8)
+    ref = solve_dp(model, cluster, st_, family="hetero", pruning=OFF)
+    closed = shrunk = 0
+    for sp in _subproblems(model, cluster, st_):
+        for P in range(1, sp.K + 1):
+            free = DepthModel(sp, P, math.inf)
+            cut = DepthModel(sp, P, ref.objective_s * (1 + 1e-9))
+            closed += cut.closed
+            shrunk += (not cut.closed) and len(cut.slot) < len(free.slot)
+            assert len(cut.slot) <= len(free.slot)
+    assert closed > 0 and shrunk > 0
+
+
+def test_dp_plan_is_a_solution_of_both_models_with_the_same_cost(catalog):
+    """Fixing every arc to the DP plan's is feasible in both models and prices it the same."""
+    model = tiny_model((0, 1, 1, 1, 1))
+    cluster = tiny_cluster(catalog, [("h800", 2, 3.0), ("910b", 2, None)])
+    st_ = _settings()
+    ref = solve_dp(model, cluster, st_, family="hetero", pruning=OFF)
+    for sp in _subproblems(model, cluster, st_):
+        a = assignment_of(sp, ref.plan)
+        if a is None:
+            continue
+        dm = DepthModel(sp, len(a), math.inf)
+        arcs = dm.hint_arcs(a)
+        assert arcs is not None
+        res = cpsat.solve_model(dm, hint=arcs, fix_hint=True, threads=1)
+        assert res.status == "optimal" and res.assignment == a
+        scaled = res.stats["model_objective_s"]
+        assert ref.objective_s - res.stats["tolerance_s"] <= scaled <= ref.objective_s * (1 + 1e-12)
+        res_m = milp.solve_model(dm, hint=arcs, check_hint=True, threads=1)
+        assert res_m.stats["hint_violations"] == []
+        assert res_m.status == "optimal", res_m.stats
+        return
+    raise AssertionError("the DP plan is in no sub-problem")
+
+
+def test_milp_rows_have_unique_readable_names(catalog):
+    import pulp
+
+    model = tiny_model((0, 1, 1, 1, 1))
+    cluster = tiny_cluster(catalog, [("h800", 2, 3.0), ("910b", 2, None)])
+    sp = next(s for s in _subproblems(model, cluster, _settings()) if s.K >= 3)
+    dm = DepthModel(sp, 3, math.inf)
+    prob, roles, _ = milp.build(dm)
+    names = [name for name, _ in milp._rows(prob)]
+    assert len(names) == len(set(names))
+    for family in ("one_arc_k1", "one_arc_k3", "inventory_", "time_k1", "tau_max_k1", "sync_k1", "p2p_k2_to_"):
+        assert any(n.startswith(family) for n in names), family
+    assert any(n.startswith("flow_k1_l") for n in names)  # mixed kinds: positional arcs
+    prob.solve(pulp.HiGHS(msg=False))
+    assert milp.violated_rows(prob) == []
+    # knocking the last stage's time to zero breaks exactly its time row
+    roles["tau"][0].varValue = 0.0
+    assert "time_k1" in milp.violated_rows(prob)
+
+
+def test_vpp_coefficients_are_scaled_to_integers_for_cpsat(catalog):
+    """Interleaved schedules make alpha = 1/v fractional: CP-SAT scales by v and agrees with the MILP."""
+    model = tiny_model((1, 1, 1, 1))
+    cluster = tiny_cluster(catalog, [("h800", 2, None), ("910b", 2, None)])
+    st_ = _settings()
+    insts = [replace(i, vpp=2) for i in build_instances(model, cluster, st_, "megatron", OFF)]
+    assert insts and insts[0].coefficients[0] == 0.5
+    assert cpsat.coefficient_scale(*insts[0].coefficients) == 2
+    cp = exact.solve(model, cluster, st_, solver="cpsat", family="megatron", instances=insts, threads=2)
+    mi = exact.solve(model, cluster, st_, solver="milp", family="megatron", instances=insts, threads=2)
+    assert cp.status == mi.status == "optimal"
+    assert cp.plan is not None and cp.plan.vpp == 2
+    assert cp.objective_s == pytest.approx(mi.objective_s, rel=1e-6)
+    # the objective is the instance's own closed form of the returned plan
+    for sol in (cp, mi):
+        inst = next(i for i in insts if i.samples_per_mb == sol.plan.samples_per_microbatch)
+        sp = SubProblem(inst, group_keys(inst))
+        val, _ = evaluate_assignment(sp, assignment_of(sp, sol.plan))
+        assert val == pytest.approx(sol.objective_s, rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------------ orchestration
 def test_infeasible_instances_give_the_same_message_from_every_solver(catalog):
     model = tiny_model((1, 1, 1, 1))
     cluster = tiny_cluster(catalog, [("h800", 1, 1.0), ("910b", 1, 1.0)])
@@ -140,74 +384,34 @@ def test_infeasible_instances_give_the_same_message_from_every_solver(catalog):
     assert direct.status == "infeasible" and direct.message == msgs["milp"]
 
 
-def _dp_plan_and_sub(catalog, pattern=(0, 1, 1, 1, 1), spec=(("h800", 2, 3.0), ("910b", 2, None))):
-    model = tiny_model(pattern)
-    cluster = tiny_cluster(catalog, list(spec))
-    st_ = _settings()
-    ref = solve_dp(model, cluster, st_, family="hetero", pruning=OFF)
-    for inst in build_instances(model, cluster, st_, "hetero", OFF):
-        for sub in exact.submodels(inst):
-            a = exact.assignment_of(sub, ref.plan)
-            if a is not None:
-                return model, cluster, st_, ref, sub, a
-    raise AssertionError("the DP plan is in no sub-problem")
-
-
-def test_dp_plan_is_a_solution_of_both_models_with_the_same_cost(catalog):
-    """Fixing every variable to the DP plan's values is feasible in both models and prices it the same."""
-    _, _, _, ref, sub, a = _dp_plan_and_sub(catalog)
-    res = cpsat.solve_sub(sub, hint=a, fix_hint=True, threads=1)
-    assert res.status == "optimal" and res.assignment == a
-    scaled = res.stats["model_objective"] * res.stats["resolution_s"]
-    assert ref.objective_s - res.stats["tolerance_s"] <= scaled <= ref.objective_s * (1 + 1e-12)
-    res_m = milp.solve_sub(sub, hint=a, check_hint=True, threads=1)
-    assert res_m.stats["hint_violations"] == []
-    assert res_m.status == "optimal", res_m.stats
-
-
-def test_milp_rows_have_unique_readable_names(catalog):
-    import pulp
-
-    sub = _dp_plan_and_sub(catalog)[4]
-    captured = {}
-    real = pulp.LpProblem.solve
-
-    def spy(self, solver=None, **kw):  # type: ignore[no-untyped-def]
-        captured["prob"] = self
-        return real(self, solver, **kw)
-
-    pulp.LpProblem.solve = spy
-    try:
-        milp.solve_sub(sub, threads=1)
-    finally:
-        pulp.LpProblem.solve = real
-    names = [name for name, _ in milp._rows(captured["prob"])]
-    assert len(names) == len(set(names))
-    assert any(n.startswith("mem_k1_") and "_TP" in n for n in names)
-    for family in ("one_option_k1", "inventory_", "time_k1", "tau_max_k1", "sync_k1_p0", "count_split_k1_"):
-        assert any(n.startswith(family) for n in names), family
-    # the solution breaks nothing; knocking the last stage's time to zero breaks exactly its time row
-    prob = captured["prob"]
-    assert milp.violated_rows(prob) == []
-    tau1 = next(v for v in prob.variables() if v.name == "tau_k1")
-    tau1.varValue = 0.0
-    assert "time_k1" in milp.violated_rows(prob)
-
-
-def test_warm_start_and_auto(catalog):
+def test_warm_start_auto_and_progress(catalog):
     model = tiny_model((0, 1, 1, 1, 1, 1))
     cluster = tiny_cluster(catalog, [("h800", 2, 3.0), ("910b", 2, None)])
     st_ = _settings()
     ref = solve_dp(model, cluster, st_, family="hetero", pruning=OFF)
     pruned = solve_dp(model, cluster, st_, family="hetero")
     for solver in ("cpsat", "milp"):
-        sol = exact.solve(model, cluster, st_, solver=solver, family="hetero", pruning=OFF, hint=pruned, threads=2)
+        events = []
+        sol = exact.solve(
+            model,
+            cluster,
+            st_,
+            solver=solver,
+            family="hetero",
+            pruning=OFF,
+            hint=pruned,
+            threads=2,
+            progress=events.append,
+        )
         assert sol.stats["warm_start"] is True
-        assert sol.status == "optimal"
+        assert sol.status == "optimal" and sol.stats["proved_by"] == solver
         assert sol.objective_s <= pruned.objective_s * (1 + 1e-12)
         assert sol.objective_s == pytest.approx(ref.objective_s, rel=1e-5)
+        assert events and events[-1].phase == solver and events[-1].done == events[-1].total
+        assert all(e.bound_s <= e.best_s * (1 + 1e-9) for e in events)
     auto = exact.solve(model, cluster, st_, solver="auto", family="hetero", time_limit=60, threads=2)
     assert auto.solver == "auto" and auto.status == "optimal"
+    assert auto.stats["proved_by"] == "cpsat"
     assert auto.objective_s <= pruned.objective_s * (1 + 1e-12)
     assert auto.stats["dp_objective_s"] == pytest.approx(pruned.objective_s)
     assert auto.bound_s <= ref.objective_s * (1 + 1e-9)
@@ -217,19 +421,42 @@ def test_warm_start_and_auto(catalog):
     assert via_api.plan is not None and via_api.objective_s == pytest.approx(auto.objective_s, rel=1e-9)
 
 
+def test_auto_falls_back_to_the_unpruned_dp_as_proof(catalog, monkeypatch):
+    """When the exact path cannot close (here: it is stopped with a plan and a weak bound), the unpruned
+    DP proves the optimum, and the certificate says so."""
+    real = exact._solve_exact
+
+    def stopped(*args, **kw):
+        sol = real(*args, **kw)
+        return replace(sol, status="feasible", bound_s=0.0, stats={**sol.stats, "proved_by": None})
+
+    monkeypatch.setattr(exact, "_solve_exact", stopped)
+    model = tiny_model((1, 1, 1, 1))
+    cluster = tiny_cluster(catalog, [("h800", 2, None), ("910b", 2, None)])
+    st_ = _settings()
+    ref = solve_dp(model, cluster, st_, pruning=OFF)
+    auto = exact.solve(model, cluster, st_, solver="auto", time_limit=20, threads=1)
+    assert auto.status == "optimal" and auto.stats["proved_by"] == "dp-exact"
+    assert auto.objective_s == pytest.approx(ref.objective_s, rel=1e-12)
+    assert auto.bound_s == pytest.approx(ref.objective_s, rel=1e-12)
+
+
 def test_time_limit_keeps_the_bound_valid(catalog):
     model = tiny_model((0, 1, 1, 1, 1, 1, 1, 1), hidden=1024, heads=8)
     cluster = tiny_cluster(catalog, [("h800", 4, None), ("910b", 4, None)])
     st_ = _settings(8)
-    sol = exact.solve(model, cluster, st_, solver="cpsat", family="hetero", pruning=OFF, time_limit=1.0, threads=2)
-    assert sol.status in ("optimal", "feasible", "timeout")
-    assert sol.wall_s < 10
-    pruned = solve_dp(model, cluster, st_, family="hetero")
-    if sol.plan is not None:
-        _check_plan_objective(sol, model, cluster, st_)
-        assert sol.bound_s <= sol.objective_s
-    # the bound may be weak after one second, but it must never exceed a feasible plan's objective
-    assert sol.bound_s <= pruned.objective_s * (1 + 1e-9)
+    ref = solve_dp(model, cluster, st_, family="hetero", pruning=OFF)
+    for limit in (0.3, 1.0):
+        sol = exact.solve(
+            model, cluster, st_, solver="cpsat", family="hetero", pruning=OFF, time_limit=limit, threads=2
+        )
+        assert sol.status in ("optimal", "feasible", "timeout")
+        assert sol.wall_s < 10
+        if sol.plan is not None:
+            _check_plan_objective(sol, model, cluster, st_)
+            assert sol.bound_s <= sol.objective_s
+        # the bound may be weak after a moment, but it never exceeds the optimum
+        assert sol.bound_s <= ref.objective_s * (1 + 1e-9)
 
 
 def test_compare_reports_agreement_and_diffs(catalog):
@@ -240,7 +467,10 @@ def test_compare_reports_agreement_and_diffs(catalog):
     assert set(by) == {"dp", "dp-exact", "cpsat", "milp"}
     assert rep["agree"] is True and rep["consistent"] is True
     assert by["dp-exact"]["status"] == "optimal"
-    assert rep["dp_gap"] >= 0
+    assert by["cpsat"]["status"] == by["milp"]["status"] == "optimal"
+    assert rep["proven_optimum_s"] == pytest.approx(by["dp-exact"]["objective_s"], rel=1e-6)
+    assert rep["dp_gap"] >= 0 and rep["dp_distance_to_optimum"] >= -1e-9
+    assert "distance to the proven optimum" in __import__("hapmoe_milp.compare").compare.format_markdown(rep)
     for name, rows in rep["diffs"].items():
         assert name in by and rows and {"stage", "reference", "other"} <= set(rows[0])
 
@@ -261,14 +491,63 @@ def test_compare_skips_the_unpruned_dp_when_too_large(catalog):
 
 
 def test_unknown_solver_and_backend_are_user_errors(catalog):
-    from hapmoe_milp.errors import SolverError
-
     model = tiny_model((1, 1))
     cluster = tiny_cluster(catalog, [("h800", 1, None)])
     with pytest.raises(SolverError):
         exact.solve(model, cluster, _settings(), solver="gurobi")
     with pytest.raises(SolverError):
+        backends.get("gurobi")
+    with pytest.raises(SolverError):
         exact.solve(model, cluster, _settings(), solver="milp", backend="gurobi", pruning=OFF)
+
+
+def test_backends_import_only_the_shared_model():
+    """The import circle is gone: backends read the formulation, never the orchestration."""
+    import ast
+    import inspect
+
+    for mod in (cpsat, milp):
+        tree = ast.parse(inspect.getsource(mod))
+        names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert "hapmoe_milp.search.exact" not in names
+        assert "hapmoe_milp.search.formulation" in names
+        assert not {"hapmoe_milp.search.cpsat", "hapmoe_milp.search.milp"} & names
+
+
+def test_milp_keeps_stdout_clean():
+    """HiGHS prints a banner on stdout when its first model is made; the CLI's stdout is the answer."""
+    import subprocess
+    import sys
+
+    code = (
+        "from hapmoe_milp.specs import Catalog\n"
+        "from hapmoe_milp.search import exact\n"
+        "from hapmoe_milp.config import Settings\n"
+        "from tests.conftest import tiny_cluster, tiny_model\n"
+        "st = Settings(seq_length=1024, global_batch_size=4, micro_batch_size=1, dispatcher='alltoall')\n"
+        "c = tiny_cluster(Catalog(), [('h800', 2, None), ('910b', 2, None)])\n"
+        "assert exact.solve(tiny_model((1, 1, 1)), c, st, solver='milp').status == 'optimal'\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == ""
+
+
+def test_certify_preset_proves_and_says_how(catalog):
+    from pathlib import Path
+
+    from hapmoe_milp.presets import load_preset
+
+    pre = load_preset("certify", Path(__file__).resolve().parents[1])
+    assert pre.solver == "auto" and pre.options["backend"] == "cpsat"
+    model = tiny_model((0, 1, 1, 1))
+    cluster = tiny_cluster(catalog, [("h800", 2, 3.0), ("910b", 2, None)])
+    sol = api_solve(
+        model, cluster, pre.solver, settings=_settings(), time_limit=pre.time_limit, solver_options=pre.options
+    )
+    assert sol.status == "optimal" and sol.stats["proved_by"] in ("cpsat", "dp-exact")
+    assert sol.plan is not None and sol.plan.solver["status"] == "optimal"
+    assert sol.plan.solver["proved_by"] == sol.stats["proved_by"]  # the plan file says who proved it
 
 
 def test_cbc_backend_agrees(catalog):

@@ -12,6 +12,9 @@ for MoE) element-wise work and stored activations are further split by TP.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from hapmoe_milp.config import ParallelConfig, Recompute, Settings
 from hapmoe_milp.cost.kernels import layer_kernels
@@ -82,6 +85,11 @@ class LayerSplit:
 
 
 ZERO = LayerCost(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+def _clip0(x: Any) -> Any:
+    """``max(0, x)`` for a float or, elementwise, a numpy array."""
+    return np.maximum(x, 0.0) if isinstance(x, np.ndarray) else max(0.0, x)
 
 
 def link_for_span(span: int, node_size: int) -> str:
@@ -586,16 +594,17 @@ class CostModel:
             return hit_v
         return hit.weights
 
-    def exposed_sync(self, did: str, rs: float, ag: float, fwd: float, bwd: float, opt: float) -> float:
-        """Data-parallel sync and optimizer step a stage adds after its last micro-batch.
+    def exposed_sync(self, did: str, rs: Any, ag: Any, fwd: Any, bwd: Any, opt: Any) -> Any:
+        """Data-parallel sync and optimizer step a stage adds after its last micro-batch (floats, or numpy
+        arrays of many stages of one device type at once, as the solvers price candidate stages in bulk).
 
         With overlap on, the gradient reduce-scatter runs beside the last micro-batch's backward and the
         parameter all-gather beside the next forward; ``dp_overlap`` is the share of that compute they
         can really hide behind (bucket granularity, NCCL sharing the SMs).
         """
         st, k = self.settings, self.device(did).runtime.dp_overlap
-        rs_x = max(0.0, rs - k * bwd) if st.overlap_grad_reduce else rs
-        ag_x = max(0.0, ag - k * fwd) if st.overlap_param_gather else ag
+        rs_x = _clip0(rs - k * bwd) if st.overlap_grad_reduce else rs
+        ag_x = _clip0(ag - k * fwd) if st.overlap_param_gather else ag
         return rs_x + ag_x + opt
 
     def capacity(self, did: str) -> float:

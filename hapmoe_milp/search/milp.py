@@ -1,24 +1,23 @@
-"""PuLP MILP of one exact sub-problem (see :mod:`hapmoe_milp.search.exact` for the formulation).
+"""PuLP MILP translation of one depth model (the formulation is :mod:`hapmoe_milp.search.formulation`).
 
-Same variables as the CP-SAT model, linearised instead of enforced:
+The same arcs and rows as the CP-SAT model, with the two conditional rows written linearly:
 
-- ``u[k,o,kind] = n[k,kind] * z[k,o]`` (continuous; exact at integral ``z`` through
-  ``sum_o u[k,o,kind] = n[k,kind]`` and ``u <= count(kind) z``), so stage time, memory and sync are
-  plain linear rows with no big-M;
-- ``y[k,o] = first[k] * z[k,o]`` the same way (``sum_o y = first``, ``y <= z``);
-- the p2p of slot k towards slot k-1's link class ``j`` uses one big-M row per (k, j):
-  ``p[k] >= sum_o p2p[o,j] z[k,o] - max_o p2p[o,j] (1 - class[k-1,j])``.
+- the p2p of slot ``k`` towards slot ``k-1``'s link class ``j``: ``p[k] >= sum_a p2p[a, j] x[a] -
+  max_a p2p[a, j] (1 - class[k-1, j])`` (the big-M is the largest p2p of that slot, so it is tight);
+- the symmetry cut ``n[k+1] <= n[k]`` when slot ``k`` and ``k+1`` run option ``o`` and slot ``k-1`` has
+  ``o``'s class: ``sum n x[k+1, o] - sum n x[k, o] <= N (2 - z[k, o] - class[k-1, cls(o)])``.
 
-Units: GiB, and a power-of-ten time unit that puts the root bound between 1e3 and 1e4 (solver
-tolerances are absolute, so the unit follows the problem's scale). Nothing is rounded; the reported objective is still a fresh
-``cost.estimate`` of the decoded plan, and "optimal" means within the relative MIP gap (1e-7 unless
-``relative_gap`` is given). Every row has a unique readable name (``mem_k3_h800_TP2CP1DP1EP2ETP1_none``)
-so ``violated_rows`` can name what a candidate assignment breaks.
+Units: a power-of-ten time unit that puts the model's lower bound between 1e3 and 1e4 (solver
+tolerances are absolute, so the unit follows the problem's scale). Nothing is rounded; the reported
+objective is still a fresh ``cost.estimate`` of the decoded plan, and "optimal" means within the
+relative MIP gap (1e-7 unless ``relative_gap`` is given). Every row has a unique readable name
+(``time_k3``, ``p2p_k2_to_h800_node``, ``inventory_h800``, ...) so ``violated_rows`` can name what a
+candidate assignment breaks.
 
 Backends: ``highs`` (default; ``pulp.HiGHS`` over highspy, with the warm start passed through
 ``Highs.setSolution`` and the proven bound read from ``mip_dual_bound``) or ``cbc`` (``PULP_CBC_CMD``,
 warm start through its ``warmStart`` file; CBC's bound is not read back, so a CBC run that stops on
-time reports the sub-problem's root bound).
+time reports the model's own lower bound).
 """
 
 from __future__ import annotations
@@ -27,35 +26,38 @@ import contextlib
 import logging
 import math
 import os
+import sys
 import time
 import warnings
 from typing import Any
 
 import pulp
 
-from hapmoe_milp.cost.primitives import GIB
 from hapmoe_milp.errors import SolverError
-from hapmoe_milp.search.exact import Assignment, SubModel, SubResult, extra_hint_values, option_name
+from hapmoe_milp.search.formulation import DepthModel, SubResult
 
 log = logging.getLogger(__name__)
 
-
-def time_unit(sub: SubModel) -> float:
-    """Power-of-ten time unit putting the sub-problem's root bound between 1e3 and 1e4 model units.
-
-    Solver tolerances are absolute (1e-7 on rows, 1e-6 on the objective), so the unit follows the
-    problem's scale: milliseconds-to-10 ms for full-size models, microseconds for the tiny test models.
-    """
-    root = sub.root_bound if math.isfinite(sub.root_bound) and sub.root_bound > 0 else 1.0
-    return 10.0 ** math.floor(math.log10(root)) / 1e3
-
-
-MEM_UNIT_B = GIB  # model memory unit: GiB
+NAME = "milp"
 DEFAULT_GAP = 1e-7
 
 
+def time_unit(model: DepthModel) -> float:
+    """Power-of-ten time unit putting the model's lower bound between 1e3 and 1e4 model units."""
+    ref = model.bound if math.isfinite(model.bound) and model.bound > 0 else model.sub.root_bound
+    if not math.isfinite(ref) or ref <= 0:
+        ref = 1.0
+    return 10.0 ** math.floor(math.log10(ref)) / 1e3
+
+
 def describe_scaling(options: dict[str, Any]) -> dict[str, Any]:
-    return {"time_unit": "auto (root bound / 1e3..1e4)", "memory_unit_bytes": MEM_UNIT_B, "real_valued": True}
+    return {"time_unit": "auto (model bound / 1e3..1e4)", "real_valued": True}
+
+
+def tolerance(model: DepthModel, result: SubResult) -> float:
+    gap = float(result.stats.get("relative_gap", DEFAULT_GAP))
+    obj = float(result.stats.get("model_objective_s", 0.0))
+    return gap * obj
 
 
 class _HiGHSWarm(pulp.HiGHS):  # type: ignore[misc,name-defined]
@@ -65,6 +67,12 @@ class _HiGHSWarm(pulp.HiGHS):  # type: ignore[misc,name-defined]
     def __init__(self, *args: Any, warm: bool = False, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.warm = warm
+
+    def createAndConfigureSolver(self, lp: pulp.LpProblem) -> None:
+        # HiGHS prints its banner on stdout when the first Highs object is made, before the output flag
+        # can be set; stdout carries only the CLI's answer (e.g. ``--json``), so send it to stderr
+        with _c_stdout_to_stderr():
+            super().createAndConfigureSolver(lp)
 
     def callSolver(self, lp: pulp.LpProblem) -> None:
         if self.warm:
@@ -82,6 +90,23 @@ class _HiGHSWarm(pulp.HiGHS):  # type: ignore[misc,name-defined]
         # for another size fails ("Not Set"), so release the pool after every solve
         with contextlib.suppress(AttributeError):  # older highspy has no reset
             lp.solverModel.resetGlobalScheduler(True)
+
+
+@contextlib.contextmanager
+def _c_stdout_to_stderr() -> Any:
+    """Point file descriptor 1 at stderr for the duration (C libraries write there directly)."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # pragma: no cover - no stdout at all
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _var(
@@ -108,240 +133,187 @@ def _highs_available() -> bool:
         return False
 
 
-def solve_sub(
-    sub: SubModel,
+def _lin(pairs: list[tuple[Any, float]]) -> pulp.LpAffineExpression:
+    """A linear expression from (variable, coefficient) pairs, repeated variables summed."""
+    acc: dict[int, list[Any]] = {}
+    for v, c in pairs:
+        slot = acc.setdefault(id(v), [v, 0.0])
+        slot[1] += c
+    return pulp.LpAffineExpression([(v, c) for v, c in acc.values() if c])
+
+
+def _class_name(model: DepthModel, j: int) -> str:
+    dev, small = model.sub.classes[j]
+    return f"{dev}_{'small' if small else 'node'}"
+
+
+def build(model: DepthModel) -> tuple[pulp.LpProblem, dict[str, Any], float]:
+    """The PuLP problem of a depth model, its variables by role, and the time unit."""
+    dm = model
+    sub = dm.sub
+    tu = time_unit(dm)
+    P, N = dm.P, sub.N
+    A = len(dm.slot)
+    opt = dm.opt.tolist()
+    size = [int(sub.size[i]) for i in opt]
+    tix = [int(sub.tix[i]) for i in opt]
+    cls = [int(sub.cls[i]) for i in opt]
+    by_slot = [idx.tolist() for idx in dm.by_slot]
+    prob = pulp.LpProblem("hapmoe_depth_model", pulp.LpMinimize)
+    B = pulp.LpBinary
+    x = [_var(prob, f"x_k{int(dm.slot[a])}_a{a}", 0, 1, B) for a in range(A)]
+    for k in range(1, P + 1):
+        prob += _lin([(x[a], 1.0) for a in by_slot[k - 1]]) == 1, f"one_arc_k{k}"
+    if sub.counts:
+        prob += _lin([(x[a], float(dm.n[a])) for a in range(A)]) == N, "layers"
+    else:
+        start, end = dm.start.tolist(), dm.end.tolist()
+        for k in range(1, P):
+            terms: dict[int, list[tuple[Any, float]]] = {}
+            for a in by_slot[k]:
+                terms.setdefault(end[a], []).append((x[a], 1.0))
+            for a in by_slot[k - 1]:
+                terms.setdefault(start[a], []).append((x[a], -1.0))
+            for pos in sorted(terms):
+                prob += _lin(terms[pos]) == 0, f"flow_k{k}_l{pos}"
+    for j, t in enumerate(sub.types):
+        members = [a for a in range(A) if tix[a] == j]
+        if members and sum(size[a] for a in members) > sub.inv[j]:
+            prob += _lin([(x[a], float(size[a])) for a in members]) <= sub.inv[j], f"inventory_{t}"
+    gids = sorted({int(sub.gid[i]) for i in opt})
+    if len(gids) > 1:
+        gam = {g: _var(prob, f"group_{g}", 0, 1, B) for g in gids}
+        prob += _lin([(v, 1.0) for v in gam.values()]) == 1, "one_group"
+        for k in range(1, P + 1):
+            for g in gids:
+                members = [a for a in by_slot[k - 1] if int(sub.gid[opt[a]]) == g]
+                if members:
+                    prob += _lin([(x[a], 1.0) for a in members] + [(gam[g], -1.0)]) <= 0, f"group_k{k}_g{g}"
+
+    # arcs per (slot, device type), for the layout rows
+    bt = {(k, j): [a for a in by_slot[k - 1] if tix[a] == j] for k in range(1, P + 1) for j in range(len(sub.types))}
+    if sub.contiguous:
+        for j, t in enumerate(sub.types):
+            starts = []
+            for k in range(1, P + 1):
+                s_ = _var(prob, f"type_start_k{k}_{t}", 0, 1)
+                pairs = [(s_, 1.0)] + [(x[a], -1.0) for a in bt[(k, j)]]
+                if k > 1:
+                    pairs += [(x[a], 1.0) for a in bt[(k - 1, j)]]
+                prob += _lin(pairs) >= 0, f"type_start_k{k}_{t}"
+                starts.append((s_, 1.0))
+            prob += _lin(starts) <= 1, f"contiguous_{t}"
+    if sub.same_size:
+        for j, t in enumerate(sub.types):
+            for k in range(1, P):
+                here_t = [(x[a], 1.0) for a in bt[(k, j)]]
+                for g in sorted({size[a] for a in bt[(k, j)] + bt[(k + 1, j)]}):
+                    a_k = [(x[a], -1.0) for a in bt[(k, j)] if size[a] == g]
+                    a_k1 = [(x[a], 1.0) for a in bt[(k + 1, j)] if size[a] == g]
+                    prob += _lin(a_k1 + here_t + a_k) <= 1, f"same_size_k{k}_{t}_g{g}"
+    for j in sub.align_types:
+        t = sub.types[j]
+        node, inv_t = sub.node[t], sub.inv[j]
+        cum: list[tuple[Any, float]] = []
+        for k in range(1, P + 1):
+            cum.extend((x[a], float(size[a])) for a in bt[(k, j)])
+            q = _var(prob, f"node_q_k{k}_{t}", -1, inv_t // node + 1, pulp.LpInteger)
+            r = _var(prob, f"node_r_k{k}_{t}", 0, node - 1)
+            prob += _lin([*cum, (q, float(node)), (r, 1.0)]) == inv_t, f"offset_k{k}_{t}"
+            if bt[(k, j)]:
+                pairs = [(r, 1.0)] + [(x[a], float(min(size[a], node))) for a in bt[(k, j)]]
+                prob += _lin(pairs) <= node, f"align_k{k}_{t}"
+
+    # class indicators (as expressions) of slot k, for the p2p of slot k+1
+    cls_members = {
+        (k, j): [a for a in by_slot[k - 1] if cls[a] == j] for k in range(1, P) for j in range(len(sub.classes))
+    }
+    TM = (dm.time / tu).tolist()
+    SY = (dm.sync / tu).tolist()
+    PP = (sub.p2p / tu).tolist()
+    tau = [_var(prob, f"tau_k{k}", 0) for k in range(1, P + 1)]
+    tmax = _var(prob, "tau_max", 0)
+    sigma = _var(prob, "sigma_max", 0)
+    p: dict[int, Any] = {}
+    for k in range(2, P + 1):
+        p[k] = _var(prob, f"p2p_k{k}", 0)
+        for j in range(len(sub.classes)):
+            below = cls_members[(k - 1, j)]
+            if not below:
+                continue
+            big = max((PP[opt[a]][j] for a in by_slot[k - 1]), default=0.0)
+            if big <= 0:
+                continue
+            pairs = [(p[k], 1.0)] + [(x[a], -PP[opt[a]][j]) for a in by_slot[k - 1]]
+            pairs += [(x[a], -big) for a in below]
+            prob += _lin(pairs) >= -big, f"p2p_k{k}_to_{_class_name(dm, j)}"
+    for k in range(1, P + 1):
+        idx = by_slot[k - 1]
+        pairs = [(tau[k - 1], 1.0)] + [(x[a], -TM[a]) for a in idx]
+        if k >= 2:
+            pairs.append((p[k], -2.0))
+        prob += _lin(pairs) >= 0, f"time_k{k}"
+        prob += _lin([(tmax, 1.0), (tau[k - 1], -1.0)]) >= 0, f"tau_max_k{k}"
+        prob += _lin([(sigma, 1.0)] + [(x[a], -SY[a]) for a in idx]) >= 0, f"sync_k{k}"
+    prob += _lin([(tmax, 1.0)]) >= dm.tau_lo / tu * (1 - 1e-12), "cover_tau_max"
+    prob += _lin([(v, 1.0) for v in tau]) >= dm.sum_lo / tu * (1 - 1e-12), "sum_tau_lower"
+    prob += _lin([(sigma, 1.0)]) >= dm.sigma_lo / tu * (1 - 1e-12), "sigma_lower"
+    for k, i in dm.symmetry:
+        j = int(sub.cls[i])
+        prev = cls_members.get((k - 1, j), [])
+        if not prev:
+            continue
+        here = [a for a in by_slot[k - 1] if opt[a] == i]
+        above = [a for a in by_slot[k] if opt[a] == i]
+        pairs = [(x[a], float(dm.n[a])) for a in above] + [(x[a], -float(dm.n[a])) for a in here]
+        pairs += [(x[a], float(N)) for a in here] + [(x[a], float(N)) for a in prev]
+        prob += _lin(pairs) <= 2 * N, f"sym_k{k}_o{i}"
+    for a, j in dm.forbidden:
+        prev = cls_members.get((int(dm.slot[a]) - 1, j), [])
+        if prev:
+            prob += _lin([(x[a], 1.0)] + [(x[b], 1.0) for b in prev]) <= 1, f"cross_type_a{a}_{_class_name(dm, j)}"
+    obj = _lin([(v, dm.alpha) for v in tau] + [(tmax, dm.beta), (sigma, 1.0)])
+    prob += obj
+    if math.isfinite(dm.cutoff):
+        prob += obj <= dm.cutoff / tu * (1 + 1e-9), "cutoff"
+    roles = {"x": x, "tau": tau, "tau_max": tmax, "sigma": sigma, "p": p}
+    return prob, roles, tu
+
+
+def _set_initial(dm: DepthModel, hint: list[int], roles: dict[str, Any], tu: float) -> None:
+    """Initial values of the main variables on the hint (the rest HiGHS completes)."""
+    on = set(hint)
+    for a, v in enumerate(roles["x"]):
+        v.setInitialValue(1 if a in on else 0)
+    vals = dm.values(hint)
+    for k in range(1, dm.P + 1):
+        roles["tau"][k - 1].setInitialValue(vals["tau"][k] / tu)
+        if k >= 2:
+            roles["p"][k].setInitialValue(vals["p2p"][k] / tu)
+    roles["tau_max"].setInitialValue(vals["tau_max"] / tu)
+    roles["sigma"].setInitialValue(vals["sigma"] / tu)
+
+
+def solve_model(
+    model: DepthModel,
     *,
     time_limit: float | None = None,
-    cutoff_s: float = math.inf,
-    hint: Assignment | None = None,
+    hint: list[int] | None = None,
     threads: int | None = None,
     relative_gap: float | None = None,
     backend: str | None = None,
-    device_time_cuts: bool = True,
-    relax: bool = False,
     check_hint: bool = False,
     msg: bool = False,
     **_: Any,
 ) -> SubResult:
     t0 = time.perf_counter()
-    tu, mu = time_unit(sub), MEM_UNIT_B
-    K, N = sub.K, sub.N
-    opts = sub.options
-    kinds = sub.kinds
-    pr = sub.inst.pruning
-    first_dp = sub.inst.first_dp
-    cnt = {kd: len(sub.kind_layers[kd]) for kd in kinds}
-    names = [option_name(o) for o in opts]
-    prob = pulp.LpProblem("hapmoe_stage_plan", pulp.LpMinimize)
-    B = pulp.LpBinary
-
-    used = {k: _var(prob, f"used_k{k}", 0, 1, B) for k in range(1, K + 1)}
-    used[1].lowBound = 1
-
-    def u_(k: int) -> Any:
-        return used[k] if k <= K else 0
-
-    c = {(k, l): _var(prob, f"c_k{k}_l{l}", 0, 1, B) for k in range(2, K + 1) for l in range(N)}
-
-    def cv(k: int, l: int) -> Any:
-        if k == 1:
-            return 1
-        return c[(k, l)] if k <= K else 0
-
-    for k in range(1, K):
-        prob += used[k + 1] <= used[k], f"used_mono_k{k}"
-    for k in range(2, K + 1):
-        prob += c[(k, 0)] == used[k], f"layer0_k{k}"
-        for l in range(N - 1):
-            prob += c[(k, l + 1)] <= c[(k, l)], f"contig_l_k{k}_l{l}"
-        if k < K:
-            for l in range(N):
-                prob += c[(k + 1, l)] <= c[(k, l)], f"contig_k_k{k}_l{l}"
-    n = {}
-    for k in range(1, K + 1):
-        for kd in kinds:
-            pos = sub.kind_layers[kd]
-            n[(k, kd)] = pulp.lpSum(cv(k, l) for l in pos) - pulp.lpSum(cv(k + 1, l) for l in pos)
-        prob += pulp.lpSum(n[(k, kd)] for kd in kinds) >= used[k], f"nonempty_k{k}"
-    z = {
-        (k, i): _var(prob, f"z_k{k}_{names[i]}", 0, 1, B)
-        for k in range(1, K + 1)
-        for i in range(len(opts))
-        if sub.allowed[k - 1][i]
-    }
-    zk: dict[int, list[int]] = {k: [i for i in range(len(opts)) if (k, i) in z] for k in range(1, K + 1)}
-    u = {(k, i, kd): _var(prob, f"u_k{k}_{names[i]}_{kd}", 0, cnt[kd]) for (k, i) in z for kd in kinds}
-    y = {(k, i): _var(prob, f"y_k{k}_{names[i]}", 0, 1) for (k, i) in z}
-    for k in range(1, K + 1):
-        prob += pulp.lpSum(z[(k, i)] for i in zk[k]) == used[k], f"one_option_k{k}"
-        bad = [z[(k, i)] for i in zk[k] if opts[i].cfg.dp != first_dp]
-        if bad:
-            prob += pulp.lpSum(bad) <= u_(k + 1), f"first_dp_k{k}"
-        first = used[k] - u_(k + 1)
-        prob += pulp.lpSum(y[(k, i)] for i in zk[k]) == first, f"first_option_k{k}"
-        for i in zk[k]:
-            prob += y[(k, i)] <= z[(k, i)], f"first_link_k{k}_{names[i]}"
-            for kd in kinds:
-                prob += u[(k, i, kd)] <= cnt[kd] * z[(k, i)], f"count_link_k{k}_{names[i]}_{kd}"
-        for kd in kinds:
-            prob += pulp.lpSum(u[(k, i, kd)] for i in zk[k]) == n[(k, kd)], f"count_split_k{k}_{kd}"
-    for t in sub.types:
-        terms = [opts[i].devices * v for (k, i), v in z.items() if opts[i].device == t]
-        if terms:
-            prob += pulp.lpSum(terms) <= sub.inst.inventory[t], f"inventory_{t}"
-    if len(sub.groups) > 1:
-        gam = [_var(prob, f"group_{g}", 0, 1, B) for g in range(len(sub.groups))]
-        prob += pulp.lpSum(gam) == 1, "one_group"
-        for k in range(1, K + 1):
-            for g, grp in enumerate(sub.groups):
-                members = [z[(k, i)] for i in grp if (k, i) in z]
-                if members:
-                    prob += pulp.lpSum(members) <= gam[g], f"group_k{k}_g{g}"
-    else:
-        gam = []
-    extra_vars: dict[tuple, Any] = {}
-    if sub.contiguous and len(sub.types) > 1:
-        for t in sub.types:
-            b = {k: pulp.lpSum(z[(k, i)] for i in zk[k] if opts[i].device == t) for k in range(1, K + 1)}
-            starts = []
-            for k in range(1, K + 1):
-                st_ = _var(prob, f"type_start_k{k}_{t}", 0, 1)
-                extra_vars[("start", k, t)] = st_
-                prob += st_ >= b[k] - (b[k - 1] if k > 1 else 0), f"type_start_k{k}_{t}"
-                starts.append(st_)
-            prob += pulp.lpSum(starts) <= 1, f"contiguous_{t}"
-    if sub.same_size:
-        for t in sub.types:
-            sizes = sorted({o.devices for o in opts if o.device == t})
-            for k in range(1, K):
-                here_t = pulp.lpSum(z[(k, i)] for i in zk[k] if opts[i].device == t)
-                for g in sizes:
-                    a_k = pulp.lpSum(z[(k, i)] for i in zk[k] if opts[i].device == t and opts[i].devices == g)
-                    a_k1 = pulp.lpSum(z[(k + 1, i)] for i in zk[k + 1] if opts[i].device == t and opts[i].devices == g)
-                    prob += a_k1 + here_t - a_k <= 1, f"same_size_k{k}_{t}_g{g}"
-    for t in sub.align_types:
-        node = sub.node[t]
-        inv_t = sub.inst.inventory[t]
-        cum: list[Any] = []
-        for k in range(1, K + 1):
-            cum.extend(opts[i].devices * z[(k, i)] for i in zk[k] if opts[i].device == t)
-            q = _var(prob, f"node_q_k{k}_{t}", -1, inv_t // node + 1, pulp.LpInteger)
-            r = _var(prob, f"node_r_k{k}_{t}", 0, node - 1)
-            extra_vars[("q", k, t)], extra_vars[("r", k, t)] = q, r
-            prob += inv_t - pulp.lpSum(cum) == node * q + r, f"offset_k{k}_{t}"
-            here = [min(opts[i].devices, node) * z[(k, i)] for i in zk[k] if opts[i].device == t]
-            if here:
-                prob += r + pulp.lpSum(here) <= node, f"align_k{k}_{t}"
-    if pr.layer_band:
-        for k in range(1, K + 1):
-            ntot = pulp.lpSum(n[(k, kd)] for kd in kinds)
-            prob += ntot >= pulp.lpSum(opts[i].band[0] * z[(k, i)] for i in zk[k]), f"band_lo_k{k}"
-            prob += ntot <= pulp.lpSum(opts[i].band[1] * z[(k, i)] for i in zk[k]), f"band_hi_k{k}"
-
-    # p2p towards the next (later) stage's link class
-    ncls = len(sub.classes)
-    dcls = {
-        (k, j): pulp.lpSum(z[(k, i)] for i in zk[k] if sub.cls_of[i] == j) for k in range(1, K) for j in range(ncls)
-    }
-    P = [[v / tu for v in row] for row in sub.p2p]
-    p = {k: _var(prob, f"p2p_k{k}", 0) for k in range(2, K + 1)}
-    for k in range(2, K + 1):
-        for j in range(ncls):
-            if not any(sub.cls_of[i] == j for i in zk[k - 1]):
-                continue
-            big = max((P[i][j] for i in zk[k]), default=0.0)
-            if big <= 0:
-                continue
-            prob += (
-                p[k] >= pulp.lpSum(P[i][j] * z[(k, i)] for i in zk[k]) - big * (1 - dcls[(k - 1, j)]),
-                f"p2p_k{k}_to_{sub.classes[j][0]}_{'small' if sub.classes[j][1] else 'node'}",
-            )
-
-    # stage time, memory, sync
-    T = [{kd: sub.time_kind(i, kd) / tu for kd in kinds} for i in range(len(opts))]
-    TF = [sub.time_first(i) / tu for i in range(len(opts))]
-    TL = [sub.time_last(i) / tu for i in range(len(opts))]
-    tau = {k: _var(prob, f"tau_k{k}", 0) for k in range(1, K + 1)}
-    tmax = _var(prob, "tau_max", 0)
-    sigma = _var(prob, "sigma_max", 0)
-    work: dict[int, Any] = {}
-    for k in range(1, K + 1):
-        last = k == 1
-        work[k] = (
-            pulp.lpSum(T[i][kd] * u[(k, i, kd)] for i in zk[k] for kd in kinds)
-            + pulp.lpSum(TF[i] * y[(k, i)] for i in zk[k])
-            + (pulp.lpSum(TL[i] * z[(k, i)] for i in zk[k]) if last else 0)
-        )
-        prob += tau[k] >= work[k] + (2 * p[k] if k >= 2 else 0), f"time_k{k}"
-        prob += tmax >= tau[k], f"tau_max_k{k}"
-        for i in zk[k]:
-            mem_k = {kd: sub.mem_kind(i, kd, k) / mu for kd in kinds}
-            mf = sub.mem_first(i, k) / mu
-            fixed = sub.mem_fixed(i, k) / mu
-            capg = opts[i].capacity / mu
-            if sum(mem_k[kd] * cnt[kd] for kd in kinds) + mf + fixed <= capg:
-                continue
-            prob += (
-                pulp.lpSum(mem_k[kd] * u[(k, i, kd)] for kd in kinds) + mf * y[(k, i)] + (fixed - capg) * z[(k, i)]
-                <= 0,
-                f"mem_k{k}_{names[i]}",
-            )
-        for q, pc in enumerate(sub.pieces):
-            expr = pulp.lpSum(sub.piece_kind(pc, i, kd) / tu * u[(k, i, kd)] for i in zk[k] for kd in kinds)
-            expr += pulp.lpSum(sub.piece_first(pc, i) / tu * y[(k, i)] for i in zk[k])
-            if last:
-                expr += pulp.lpSum(sub.piece_last(pc, i) / tu * z[(k, i)] for i in zk[k])
-            prob += sigma >= expr, f"sync_k{k}_p{q}"
-        if pr.cross_type_comm and k >= 2:
-            for i in zk[k]:
-                for j in range(ncls):
-                    if sub.classes[j][0] == opts[i].device or not any(sub.cls_of[x] == j for x in zk[k - 1]):
-                        continue
-                    comp = pulp.lpSum(T[i][kd] * u[(k, i, kd)] for kd in kinds) + TF[i] * y[(k, i)]
-                    prob += (
-                        2 * P[i][j] * (z[(k, i)] + dcls[(k - 1, j)] - 1) <= pr.eta * comp,
-                        f"cross_type_k{k}_{names[i]}_c{j}",
-                    )
-    # valid cuts: the DP's root bound, and per device type "device-seconds used <= inventory x tau_max"
-    D = sum(sub.inst.inventory.values())
-    W = [sum(min(T[i][kd] * opts[i].devices for i in g) for kd in sub.inst.layer_kinds) for g in sub.groups]
-    gmax = [max(opts[i].devices for i in g) for g in sub.groups]
-    prob += tmax >= min(w / D for w in W), "root_tau_max"
-    if math.isfinite(sub.tau_floor) and sub.tau_floor > 0:
-        prob += tmax >= sub.tau_floor / tu * (1 - 1e-12), "covering_tau_max"
-    fastest = sum(min(T[i][kd] for i in range(len(opts))) for kd in sub.inst.layer_kinds)
-    prob += pulp.lpSum(tau.values()) >= fastest * (1 - 1e-12), "fastest_sum_tau"
-    prob += pulp.lpSum(tau.values()) >= min(w / g for w, g in zip(W, gmax)), "root_sum_tau"
-    if device_time_cuts:
-        for t in sub.types:
-            terms = []
-            for k in range(1, K + 1):
-                for i in zk[k]:
-                    if opts[i].device != t:
-                        continue
-                    g = opts[i].devices
-                    terms.extend(g * T[i][kd] * u[(k, i, kd)] for kd in kinds)
-                    terms.append(g * TF[i] * y[(k, i)])
-                    if k == 1:
-                        terms.append(g * TL[i] * z[(k, i)])
-            if terms:
-                prob += pulp.lpSum(terms) <= sub.inst.inventory[t] * tmax, f"device_time_{t}"
-
-    obj = sub.alpha * pulp.lpSum(tau.values()) + sub.beta * tmax + sigma
-    prob += obj
-    if math.isfinite(cutoff_s):
-        prob += obj <= cutoff_s / tu * (1 + 1e-9), "cutoff"
-
+    dm = model
+    prob, roles, tu = build(dm)
     hint_violations: list[str] | None = None
     if hint is not None:
-        _set_initial(sub, hint, used, c, z, u, y, p, tau, tmax, sigma, gam, T, TF, TL, P, tu)
-        for key, val in extra_hint_values(sub, hint, extra_vars).items():
-            extra_vars[key].setInitialValue(val)
+        _set_initial(dm, hint, roles, tu)
         if check_hint:
             hint_violations = violated_rows(prob)
-            if hint_violations:
-                log.warning("milp: the warm start breaks %d rows, e.g. %s", len(hint_violations), hint_violations[:3])
-
     gap = DEFAULT_GAP if relative_gap is None else float(relative_gap)
     name = (backend or "highs").lower()
     thr = int(threads) if threads else min(16, os.cpu_count() or 1)
@@ -349,16 +321,8 @@ def solve_sub(
         log.warning("HiGHS (highspy) is not available; falling back to CBC")
         name = "cbc"
     if name == "highs":
-        # gapAbs=0: HiGHS's default absolute gap (1e-6 model units = 1 ns) would stop tiny models early
-        solver = _HiGHSWarm(
-            mip=not relax,
-            msg=msg,
-            timeLimit=time_limit,
-            gapRel=gap,
-            gapAbs=0.0,
-            threads=thr,
-            warm=hint is not None and not relax,
-        )
+        # gapAbs=0: HiGHS's default absolute gap would stop tiny models early
+        solver = _HiGHSWarm(msg=msg, timeLimit=time_limit, gapRel=gap, gapAbs=0.0, threads=thr, warm=hint is not None)
     elif name == "cbc":
         with warnings.catch_warnings():  # PuLP 3.3 deprecates the bundled CBC; it is still the fallback here
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -375,6 +339,7 @@ def solve_sub(
     stats: dict[str, Any] = {
         "variables": len(prob.variables()),
         "constraints": len(_rows(prob)),
+        "arcs": len(dm.slot),
         "build_s": t_build,
         "backend": name,
         "relative_gap": gap,
@@ -382,30 +347,29 @@ def solve_sub(
     }
     if hint_violations is not None:
         stats["hint_violations"] = hint_violations
-    status, bound_units = _status(prob, name, gap)
+    status, bound_units = _status(prob, name)
     if name == "highs":
         h = prob.solverModel
         stats["highs_status"] = h.modelStatusToString(h.getModelStatus())
-    if relax:  # LP relaxation only: a bound, no plan
-        stats["lp"] = {v.name: v.varValue for v in prob.variables() if v.varValue and abs(v.varValue) > 1e-6}
-        ok = status == "optimal"
-        val = pulp.value(prob.objective) * tu if ok else math.inf
-        return SubResult("feasible" if ok else "infeasible", None, val, time.perf_counter() - t0, stats)
-    assignment: Assignment | None = None
+    assignment = None
     if status in ("optimal", "feasible"):
-        assignment = _decode(sub, used, c, z)
-        stats["model_objective"] = pulp.value(prob.objective)
-    bound = max(0.0, bound_units * tu) if bound_units is not None and math.isfinite(bound_units) else 0.0
-    if status == "optimal" and bound_units is None:
+        chosen = [a for a, v in enumerate(roles["x"]) if _val(v) > 0.5]
+        assignment = dm.assignment(chosen)
+        stats["model_objective_s"] = pulp.value(prob.objective) * tu
+    if bound_units is not None and math.isfinite(bound_units):
+        bound = bound_units * tu
+    elif status == "optimal":
         bound = pulp.value(prob.objective) * tu * (1 - gap)
-    # a sub-problem bound from the LP can only be trusted up to the solver's feasibility tolerance
+    else:
+        bound = dm.bound  # CBC stopped on time: the model's own lower bound
+    # a bound from the LP can only be trusted up to the solver's feasibility tolerance
     bound = max(0.0, bound * (1 - 1e-9))
     if status == "infeasible":
-        stats["note"] = "infeasible under the cutoff" if math.isfinite(cutoff_s) else "no plan fits"
+        stats["note"] = "infeasible under the cutoff" if math.isfinite(dm.cutoff) else "no plan fits"
     return SubResult(status, assignment, bound, time.perf_counter() - t0, stats)  # type: ignore[arg-type]
 
 
-def _status(prob: pulp.LpProblem, backend: str, gap: float) -> tuple[str, float | None]:
+def _status(prob: pulp.LpProblem, backend: str) -> tuple[str, float | None]:
     """Map the backend's result to (status, proven bound in model units or None)."""
     if backend == "highs":
         import highspy
@@ -436,75 +400,8 @@ def _status(prob: pulp.LpProblem, backend: str, gap: float) -> tuple[str, float 
 
 
 def _val(v: Any) -> float:
-    if isinstance(v, (int, float)):
-        return float(v)
     x = v.varValue
     return 0.0 if x is None else float(x)
-
-
-def _decode(sub: SubModel, used: dict, c: dict, z: dict) -> Assignment:
-    K, N = sub.K, sub.N
-    out: Assignment = []
-
-    def ends(k: int) -> int:
-        if k == 1:
-            return N
-        if k > K:
-            return 0
-        return sum(1 for l in range(N) if _val(c[(k, l)]) > 0.5)
-
-    for k in range(K, 0, -1):
-        if _val(used[k]) < 0.5:
-            continue
-        i = max((i for (kk, i) in z if kk == k), key=lambda i: _val(z[(k, i)]))
-        out.append((i, ends(k + 1), ends(k)))
-    return out
-
-
-def _set_initial(sub, hint, used, c, z, u, y, p, tau, tmax, sigma, gam, T, TF, TL, P, tu) -> None:  # type: ignore[no-untyped-def]
-    """Initial values of every variable on the hint plan (read by the warm start)."""
-    K = sub.K
-    Pn = len(hint)
-    slot = {Pn - j: a for j, a in enumerate(hint)}
-    for k in range(1, K + 1):
-        used[k].setInitialValue(1 if k <= Pn else 0)
-    for (k, l), v in c.items():
-        v.setInitialValue(1 if k in slot and l < slot[k][2] else 0)
-    taus = {}
-    sig = 0.0
-    for k in range(1, K + 1):
-        a = slot.get(k)
-        cnts = sub.counts(a[1], a[2]) if a else dict.fromkeys(sub.kinds, 0)
-        for (kk, i), v in z.items():
-            if kk != k:
-                continue
-            on = a is not None and a[0] == i
-            v.setInitialValue(1 if on else 0)
-            y[(k, i)].setInitialValue(1 if on and k == Pn else 0)
-            for kd in sub.kinds:
-                u[(k, i, kd)].setInitialValue(cnts[kd] if on else 0)
-        pk = 0.0
-        if k >= 2 and a is not None:
-            pk = P[a[0]][sub.cls_of[slot[k - 1][0]]]
-        if k in p:
-            p[k].setInitialValue(pk)
-        t = 0.0
-        if a is not None:
-            i = a[0]
-            first = k == Pn
-            t = sum(T[i][kd] * cnts[kd] for kd in sub.kinds) + (TF[i] if first else 0) + (TL[i] if k == 1 else 0)
-            t += 2 * pk
-            for pc in sub.pieces:
-                s = sum(sub.piece_kind(pc, i, kd) * cnts[kd] for kd in sub.kinds)
-                s += sub.piece_first(pc, i) if first else 0.0
-                s += sub.piece_last(pc, i) if k == 1 else 0.0
-                sig = max(sig, s / tu)
-        taus[k] = t
-        tau[k].setInitialValue(t)
-    tmax.setInitialValue(max(taus.values()))
-    sigma.setInitialValue(sig)
-    for g, b in enumerate(gam):
-        b.setInitialValue(1 if hint[0][0] in sub.groups[g] else 0)
 
 
 def violated_rows(prob: pulp.LpProblem, tol: float = 1e-6) -> list[str]:
@@ -523,4 +420,4 @@ def violated_rows(prob: pulp.LpProblem, tol: float = 1e-6) -> list[str]:
     return out
 
 
-__all__ = ["DEFAULT_GAP", "describe_scaling", "solve_sub", "violated_rows"]
+__all__ = ["DEFAULT_GAP", "NAME", "build", "describe_scaling", "solve_model", "time_unit", "tolerance", "violated_rows"]

@@ -1,0 +1,952 @@
+"""The exact solvers' shared model description: one sub-problem at one pipeline depth, as arcs.
+
+Both backends (:mod:`hapmoe_milp.search.cpsat`, :mod:`hapmoe_milp.search.milp`) translate the same
+:class:`DepthModel`; neither reads an :class:`~hapmoe_milp.instance.Instance` or prices anything. This
+module reads only the instance's coefficients (per-option prefix sums, edges, capacities, ``p2p``,
+``coefficients`` and ``in_flight``) and combines them exactly as ``Instance.evaluate`` does (a test pins
+that every arc equals ``evaluate``).
+
+Decomposition. A *sub-problem* is one instance (micro-batch step) and one family group key (the rules
+that tie stages together, ``instance.group_key``); a :class:`DepthModel` fixes its pipeline depth ``P``
+too. Slots count from the end (slot 1 = last stage, slot ``P`` = first), so every slot's in-flight
+multiplier ``inst.in_flight(k)``, whether it carries the embedding (slot ``P``) or the head (slot 1),
+and which options may be first (``dp == first_dp``) are constants.
+
+Variables (the tight formulation). One binary per *arc* ``x[a]``, ``a = (slot k, option o, layer range)``:
+slot ``k`` runs option ``o`` on that range. When every layer has the same kind (Mixtral, Qwen3) a range
+is just a layer count ``n`` -- layers of one kind are interchangeable and the stage order fixes positions
+(slot ``P`` starts at layer 0, slot ``k`` follows slot ``k+1``) -- and ``sum_a n[a] x[a] = N``. When the
+kinds vary by position (dense prefix, MTP, mixed patterns) a range is ``[s, e)`` and flow rows link
+consecutive slots (``sum of x ending at p in slot k+1 = sum of x starting at p in slot k``). Either way
+an arc's stage time, memory and exposed sync are constants, so:
+
+- *disaggregated per-option counts*: an arc is the product ``n z[k,o]`` of the classic formulation
+  resolved into one binary per value, the strongest (convex-hull) form of ``n[k,o] <= N z[k,o]``;
+- memory is enforced by which arcs exist: an arc that does not fit its slot's capacity is never built
+  (exact: its memory is a constant);
+- ``sum_{a in slot k} x[a] = 1``; devices per type ``sum g[a] x[a] <= inventory``; stage time
+  ``tau[k] >= sum time[a] x[a] + 2 p[k]``; the p2p ``p[k] >= sum p2p[o(a), j] x[a]`` whenever slot
+  ``k-1`` is of link class ``j``; ``tau_max >= tau[k]``; ``sigma >= sum sync[a] x[a]``; objective
+  ``alpha sum tau + beta tau_max + sigma`` (``inst.coefficients``);
+- hetero layout rules: each device type's stages are contiguous, stages take their type's devices from
+  the end without straddling a node (``instance.aligned``), optional one-size-per-type
+  (``uniform_stage_size``, ``large_cluster``); megatron groups have one mesh per group key.
+
+Why each reduction and cut is valid (it removes no plan that beats the cutoff; a test checks every one
+against brute-force depth optima):
+
+- *Sub-problem root bound* (before any depth is built): every layer needs at least ``w_t``
+  device-seconds on device type ``t`` (the cheapest option there that can hold a layer), so the cluster
+  processes at most ``sum_t inv_t / w_t`` layers per second and ``tau_max >= N / sum_t inv_t / w_t``;
+  a per-type unbounded knapsack (stage sizes, at most ``min(memory, T / t)`` layers a stage) gives the
+  smallest ``T`` at which the inventory can hold every layer at all, another floor on ``tau_max``; and
+  ``sum tau`` is at least the fewest device-seconds over the largest stage and the sum of each layer's
+  fastest time. Every relaxation there (edges, p2p, slot positions, stage count ignored) only lowers it.
+- *Objective cutoff* ``obj <= cutoff`` (the incumbent): sub-problems are solved to prove that nothing
+  beats it. With lower bounds ``tau_lo`` on ``tau_max``, ``S`` on ``sum tau`` and ``sigma_lo`` on
+  ``sigma``, an arc of (p2p-cheapest) stage time ``t`` and sync ``y`` in slot ``k`` is in no plan under
+  the cutoff if ``beta max(tau_lo, t) + alpha max(S, t + R_k) + max(sigma_lo, y) > cutoff``, where
+  ``R_k`` sums the other slots' smallest stage times; such arcs are not built.
+- *Arc dominance*: of two arcs in one slot with the same device type, size, link class, group and layer
+  range, one no worse in time, sync and p2p towards every class can replace the other in any plan
+  (inventory, layout, memory -- both fit -- and every other stage unchanged), so the worse one is
+  dropped (ties keep the lower option index). Off when the cross-type p2p rule is on (it could forbid
+  the better arc).
+- *Suffix bounds* (the DP's remaining-layer/remaining-time and memory bounds, per slot): slots
+  ``1..k-1`` and ``k+1..P`` can hold at most ``cover(u)`` layers on ``u`` devices per type (a DP over
+  devices per type; each slot contributes the most layers any of its surviving arcs of that type and
+  size holds -- arcs exist only within the time bound *and* the memory), so an arc of ``n`` layers on
+  ``g`` devices is in no plan unless ``n + max_{u1 + u2 <= inv - g} (fwd[k-1](u1) + bwd[k+1](u2)) >= N``
+  (probing). The smallest stage time at which the surviving arcs still cover all ``N`` layers is
+  ``tau_lo``; the smallest sync at which they do is ``sigma_lo`` (bottleneck bisections; the layer
+  counts' integrality and the inventory are what make them strong). Relaxations used there (cheapest
+  p2p, layout rules ignored) only make the covering larger. Filter, probe and bounds repeat to a
+  fixpoint.
+- *Sum bound* (Lagrangian): for any ``lam``, ``sum tau = lam N + sum_k (tau_k - lam n_k)``, and a min-plus
+  DP over devices per type of each slot's cheapest ``time - lam n`` bounds the second term; a few
+  ``lam`` around the balanced per-layer time are tried. ``S`` is the best of that, ``tau_lo + R`` and
+  the sum of the slots' smallest times.
+- *Symmetry* (uniform layer kinds only): two adjacent middle slots ``k, k+1`` with the same option,
+  when slot ``k-1`` has that option's link class, have the same p2p, so swapping their layer counts
+  swaps their stage times and syncs (sum and max unchanged); in-flight memory does not decrease towards
+  the front (checked on ``inst.in_flight``), so moving the larger count to slot ``k`` still fits. Hence
+  ``n[k+1] <= n[k]`` loses no objective value.
+- *Depth bound*: ``beta tau_lo + alpha S + sigma_lo`` bounds every plan of this depth under the cutoff;
+  a depth whose bound reaches the cutoff, or whose slots lose every arc, is closed without a model.
+
+Mixed kinds at scale (e.g. DeepSeek-V3's 62 layers on hundreds of options): when ranges are too many to
+enumerate, arcs are indexed by count and a middle stage is priced at the cheapest window of that many
+layers (each of time, sync and memory minimised separately; the first and last stage's windows are
+fixed). That is a relaxation: its bounds are valid, the plans it decodes are re-priced exactly
+(``evaluate_assignment``) before they count, and its optimum never closes a depth unless the cutoff does.
+
+CP-SAT scales times to integers (see :mod:`hapmoe_milp.search.cpsat`); the MILP uses them as reals.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from hapmoe_milp.instance import Instance, Option, groups, in_group
+from hapmoe_milp.plan import Plan, Stage
+
+SubStatus = Literal["optimal", "feasible", "infeasible", "timeout"]
+#: Per stage from first to last: (option position in the sub-problem, first layer, end layer).
+Assignment = list[tuple[int, int, int]]
+
+_NEG = -(10**9)
+_ARC_CAP = 400_000  # (option, layer range) pairs above which mixed kinds are modelled by count (relaxed)
+_COUNT_CAP = 2_000_000  # (option, layer count) pairs above which a sub-problem keeps its root bound only
+
+
+def option_name(o: Option) -> str:
+    """Readable, unique-within-an-instance name for constraint labels (e.g. ``h800_TP2CP1DP1EP2ETP1_none``)."""
+    c = o.cfg
+    return f"{o.device}_TP{c.tp}CP{c.cp}DP{c.dp}EP{c.ep}ETP{c.etp}_{o.recompute}"
+
+
+@dataclass
+class SubResult:
+    """What a backend proved about one :class:`DepthModel` (seconds)."""
+
+    status: SubStatus  # "infeasible": nothing at or below the cutoff
+    assignment: Assignment | None
+    bound_s: float  # valid lower bound on the depth model's optimum among plans at or below the cutoff
+    wall_s: float
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------ arc sets
+@dataclass
+class ArcSet:
+    """The arcs of one slot (after memory and dominance), as parallel arrays."""
+
+    opt: np.ndarray  # option position
+    s: np.ndarray  # first layer (count arcs: 0)
+    e: np.ndarray  # end layer (count arcs: n)
+    time: np.ndarray  # fwd + bwd incl. edges, seconds (no p2p)
+    sync: np.ndarray  # exposed DP sync + optimizer, seconds
+    dominated_by: dict[tuple[int, int, int], int]  # (option, s, e) of a dropped arc -> dominating option
+
+    @property
+    def n(self) -> np.ndarray:
+        return self.e - self.s
+
+    def __len__(self) -> int:
+        return len(self.opt)
+
+
+class SubProblem:
+    """One (instance, group keys) sub-problem: options, link classes, layout rules and per-slot arcs.
+
+    Everything here is independent of the pipeline depth and of the cutoff; :meth:`depth_model` builds
+    the model of one depth under a cutoff. Arc sets are computed once per slot and cached.
+    """
+
+    def __init__(self, inst: Instance, keys: Sequence[tuple], by_key: dict[tuple, list[Option]] | None = None) -> None:
+        self.inst = inst
+        pr = inst.pruning
+        options: list[Option] = []
+        gid: list[int] = []
+        kept: list[tuple] = []
+        for key in keys:
+            opts = by_key.get(key, []) if by_key is not None else [o for o in inst.options if in_group(o, key)]
+            if opts:
+                gid.extend([len(kept)] * len(opts))
+                kept.append(key)
+                options.extend(opts)
+        self.keys = kept
+        self.options = options
+        self.gid = np.asarray(gid, dtype=np.int64)
+        self.O = len(options)
+        self.N = inst.num_layers
+        kinds = inst.layer_kinds
+        self.uniform = len(set(kinds)) == 1
+        inv = inst.inventory
+        self.types = [t for t in inv if inv[t] > 0]
+        tpos = {t: j for j, t in enumerate(self.types)}
+        self.inv = [inv[t] for t in self.types]
+        cluster = inst.cluster
+        self.node = {t: cluster.node_size(t) for t in self.types}
+        self.tix = np.asarray([tpos[o.device] for o in options], dtype=np.int64)
+        self.size = np.asarray([o.devices for o in options], dtype=np.int64)
+        # the covering DPs count devices in units of the gcd of a type's stage sizes (exact: every usage
+        # is a multiple of it), which keeps their grids small when all stages are whole nodes
+        unit = [0] * len(self.types)
+        for j, g in zip(self.tix.tolist(), self.size.tolist()):
+            unit[j] = math.gcd(unit[j], g)
+        unit = [u or 1 for u in unit]
+        self.cinv = [v // u for v, u in zip(self.inv, unit)]
+        self.csize = self.size // np.asarray(unit, dtype=np.int64)[self.tix] if self.O else self.size
+        self.cap = np.asarray([o.capacity for o in options], dtype=np.float64)
+        self.first_ok = np.asarray([o.cfg.dp == inst.first_dp for o in options], dtype=bool)
+        classes = sorted({(o.device, o.devices < self.node[o.device]) for o in options})
+        cidx = {c: j for j, c in enumerate(classes)}
+        self.classes = classes
+        self.cls = np.asarray([cidx[(o.device, o.devices < self.node[o.device])] for o in options], dtype=np.int64)
+        self.p2p = np.asarray(
+            [[inst.p2p(o, dev, 1 if small else self.node[dev]) for dev, small in classes] for o in options],
+            dtype=np.float64,
+        ).reshape(self.O, len(classes))
+        self.pmin = self.p2p.min(axis=1) if self.O else np.zeros(0)
+        self.alpha, self.beta = inst.coefficients
+        self.contiguous = inst.family == "hetero" and len(self.types) > 1
+        total = sum(self.inv)
+        self.same_size = pr.uniform_stage_size or (inst.family == "hetero" and 0 < pr.large_cluster < total)
+        self.align_types: list[int] = []
+        for j, t in enumerate(self.types):
+            sizes = {o.devices for o in options if o.device == t}
+            node = self.node[t]
+            if len(sizes) > 1 or any(node % g and g % node for g in sizes) or self.inv[j] % node:
+                self.align_types.append(j)
+        # slots: no more stages than layers, devices, the stage cap, or what the inventory can host
+        gmin: dict[int, int] = {}
+        for o, j in zip(options, self.tix.tolist()):
+            gmin[j] = min(gmin.get(j, o.devices), o.devices)
+        K = min(self.N, total, sum(self.inv[j] // g for j, g in gmin.items())) if options else 0
+        if pr.max_stages > 0:
+            K = min(K, pr.max_stages)
+        self.K = K
+        self.layer_band = pr.layer_band
+        self.cross_type = pr.cross_type_comm
+        self.eta = pr.eta
+        infl = [inst.in_flight(k) for k in range(1, K + 2)]
+        self.in_flight_monotone = all(b >= a for a, b in itertools.pairwise(infl))
+        self._pre = {
+            attr: np.asarray([o.prefix[attr] for o in options], dtype=np.float64).reshape(self.O, self.N + 1)
+            for attr in ("fwd", "bwd", "weights", "act", "rs", "ag", "opt")
+        }
+        self._edges: dict[str, np.ndarray] = {}
+        for side in ("first", "last"):
+            for attr in ("fwd", "bwd", "weights", "act", "rs", "ag", "opt", "work"):
+                self._edges[f"{side}.{attr}"] = np.asarray(
+                    [getattr(getattr(o, side), attr) for o in options], dtype=np.float64
+                )
+        self._fixed = np.asarray([o.fixed for o in options], dtype=np.float64)
+        self._ranges: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._static: dict[str, dict[str, np.ndarray]] = {}
+        self._arcs: dict[tuple[int, bool], ArcSet] = {}
+        #: mixed layer kinds with too many (option, layer range) pairs to enumerate: arcs are indexed by
+        #: layer count and a middle stage is priced at its cheapest window (a relaxation: bounds only)
+        self.relaxed = not self.uniform and self.O * (self.N - 1) * (self.N - 2) // 2 > _ARC_CAP
+        #: arcs indexed by layer count (positions follow from the stage order) rather than by range
+        self.counts = self.uniform or self.relaxed
+        #: too many even by count: the sub-problem keeps its root bound only
+        self.too_large = self.O * self.N > _COUNT_CAP
+        self.root_bound = self._root_bound()
+
+    # ------------------------------------------------------------------ labels
+    def describe(self) -> str:
+        inst = self.inst
+        keys = ",".join(_key_label(k) for k in self.keys)
+        return f"{inst.family} M={inst.num_microbatches} [{keys}] ({self.O} options, up to {self.K} stages)"
+
+    # ------------------------------------------------------------------ cheap group-level bound
+    def _root_bound(self) -> float:
+        """The DP's root bound, per device type: each layer needs at least ``w_t`` device-seconds on
+        type ``t`` (its cheapest usable option there, the layer's cheapest kind), so the cluster
+        processes at most ``sum_t inv_t / w_t`` layers per second and ``tau_max >= N / that``;
+        ``sum(tau) >= W / g_max`` with ``W`` the fewest device-seconds per layer summed over layers, and
+        every layer takes at least its fastest per-layer time. Only options that can hold one layer (its
+        lightest kind, at the fewest micro-batches in flight, no edges) count."""
+        if self.O == 0 or self.K < 1:
+            return math.inf
+        pre = self._pre
+
+        def per_layer(attr: str) -> np.ndarray:
+            return pre[attr][:, 1:] - pre[attr][:, :-1]
+
+        infl = min(self.inst.in_flight(k) for k in range(1, self.K + 1))
+        one = (per_layer("weights") + infl * per_layer("act")).min(axis=1) + self._fixed
+        usable = one <= self.cap
+        if not usable.any():
+            return math.inf
+        t = (per_layer("fwd") + per_layer("bwd"))[usable]
+        size = self.size[usable]
+        w = t * size[:, None]  # device-seconds per layer
+        W = float(w.min(axis=0).sum())
+        fastest = float(t.min(axis=0).sum())
+        sum_lb = max(W / float(size.max()), fastest)
+        tix = self.tix[usable]
+        rate = 0.0  # layers per second the whole cluster can process at best
+        for j in set(tix.tolist()):
+            wt = float(w[tix == j].min())
+            rate += self.inv[j] / wt if wt > 0 else math.inf
+        tau_lb = self.N / rate if rate > 0 else 0.0
+        t1 = t.min(axis=1)
+        m1 = (per_layer("weights") + infl * per_layer("act")).min(axis=1)[usable]
+        room = (self.cap - self._fixed)[usable]
+        nmem = np.where(m1 > 0, np.floor(room / np.where(m1 > 0, m1, 1.0)), self.N).astype(np.int64)
+        tau_lb = max(tau_lb, self._knapsack_floor(t1, np.minimum(nmem, self.N), tix, size))
+        return self.alpha * max(sum_lb, tau_lb) + self.beta * tau_lb
+
+    def _knapsack_floor(self, t1: np.ndarray, nmem: np.ndarray, tix: np.ndarray, size: np.ndarray) -> float:
+        """Smallest stage time ``T`` at which stages of at most ``T`` can hold all layers on the inventory.
+
+        Relaxation (so a lower bound on ``tau_max``): a stage of option ``o`` holds at most
+        ``min(nmem_o, T / t1_o)`` layers (``t1`` its cheapest per-layer time, ``nmem`` what its memory
+        holds of its lightest layer), edges, p2p, slot positions and the stage count are ignored, and
+        each device type is an unbounded knapsack over its stage sizes, so coverage is a sum over types.
+        """
+        N = self.N
+        cands = np.unique((t1[:, None] * np.arange(1, N + 1)[None, :])[np.arange(N)[None, :] < nmem[:, None]])
+        if not len(cands):
+            return math.inf
+
+        def covers(T: float) -> bool:
+            n = np.minimum(nmem, np.floor(T / t1 * (1 + 1e-12)).astype(np.int64))
+            total = 0
+            for j in set(tix.tolist()):
+                best: dict[int, int] = {}
+                for g, k in zip(size[tix == j].tolist(), n[tix == j].tolist()):
+                    if k > best.get(g, 0):
+                        best[g] = k
+                cap = self.inv[j]
+                if len(best) == 1:
+                    ((g, k),) = best.items()
+                    total += (cap // g) * k
+                else:
+                    dp = [0] * (cap + 1)
+                    items = sorted(best.items())
+                    for u in range(1, cap + 1):
+                        dp[u] = max([dp[u - 1], *(dp[u - g] + k for g, k in items if g <= u)])
+                    total += dp[cap]
+                if total >= N:
+                    return True
+            return total >= N
+
+        if not covers(float(cands[-1])):
+            return math.inf
+        a, b = 0, len(cands) - 1
+        while a < b:
+            mid = (a + b) // 2
+            if covers(float(cands[mid])):
+                b = mid
+            else:
+                a = mid + 1
+        return float(cands[a])
+
+    # ------------------------------------------------------------------ arcs
+    def _range_arrays(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) of every layer range a slot of this kind may hold (before depth limits)."""
+        if kind not in self._ranges:
+            N = self.N
+            if self.counts:
+                e = np.arange(1, N + 1, dtype=np.int64)
+                s = np.zeros_like(e)
+            elif kind == "both":
+                s, e = np.asarray([0]), np.asarray([N])
+            elif kind == "first":
+                e = np.arange(1, N, dtype=np.int64)
+                s = np.zeros_like(e)
+            elif kind == "last":
+                s = np.arange(1, N, dtype=np.int64)
+                e = np.full_like(s, N)
+            else:
+                ss, ee = np.triu_indices(N + 1, k=1)
+                keep = (ss >= 1) & (ee <= N - 1)
+                s, e = ss[keep].astype(np.int64), ee[keep].astype(np.int64)
+            self._ranges[kind] = (s, e)
+        return self._ranges[kind]
+
+    def _static_values(self, kind: str) -> dict[str, np.ndarray]:
+        """Per (option, range): time, sync, and the memory parts, mirroring ``Instance.evaluate``."""
+        if kind in self._static:
+            return self._static[kind]
+        s, e = self._range_arrays(kind)
+        pre = self._pre
+        N = self.N
+        windows: list[tuple[np.ndarray, np.ndarray]] = []  # (start, end) columns, one set per window
+        if self.relaxed and kind == "last":
+            windows = [(N - e, np.full_like(e, N))]
+        elif self.relaxed and kind == "mid":
+            # every window [s, s + n) with 1 <= s and s + n <= N - 1; each value minimised separately
+            for s0 in range(1, N - 1):
+                windows.append((np.full_like(e, s0), np.minimum(s0 + e, N - 1)))
+        else:
+            windows = [(s, e)]
+
+        def seg(attr: str, ws: np.ndarray, we: np.ndarray) -> np.ndarray:
+            return pre[attr][:, we] - pre[attr][:, ws]
+
+        vals: dict[str, np.ndarray] = {}
+        for ws, we in windows:
+            cur = {attr: seg(attr, ws, we) for attr in ("fwd", "bwd", "weights", "act", "rs", "ag", "opt")}
+            cur["sync"] = self._sync_of(cur)
+            cur["time"] = cur["fwd"] + cur["bwd"]
+            if self.relaxed and kind == "mid":
+                short = (ws + e) > N - 1  # the window does not fit (its columns were clipped): never the minimum
+                for attr in cur:
+                    cur[attr] = np.where(short[None, :], np.inf, cur[attr])
+            for attr, v in cur.items():
+                vals[attr] = v if attr not in vals else np.minimum(vals[attr], v)
+        fwd, bwd, w, a = vals["fwd"], vals["bwd"], vals["weights"], vals["act"]
+        rs, ag, op = vals["rs"], vals["ag"], vals["opt"]
+        fixed = np.broadcast_to(self._fixed[:, None], fwd.shape).copy()
+        sides = {"first": ("first",), "last": ("last",), "both": ("first", "last"), "mid": ()}[kind]
+        for side in sides:
+            ed = self._edges
+            fwd = fwd + ed[f"{side}.fwd"][:, None]
+            bwd = bwd + ed[f"{side}.bwd"][:, None]
+            w = w + ed[f"{side}.weights"][:, None]
+            a = a + ed[f"{side}.act"][:, None]
+            rs = rs + ed[f"{side}.rs"][:, None]
+            ag = ag + ed[f"{side}.ag"][:, None]
+            op = op + ed[f"{side}.opt"][:, None]
+            fixed = fixed + ed[f"{side}.work"][:, None]
+        if self.relaxed and kind == "mid":  # no edges in the middle: the per-window minima stand
+            time_, sync = vals["time"], vals["sync"]
+        else:
+            time_, sync = fwd + bwd, self._exposed(rs, ag, fwd, bwd, op)
+        valid = np.isfinite(time_)
+        if self.layer_band:
+            n = (e - s)[None, :]
+            lo = np.asarray([o.band[0] for o in self.options])[:, None]
+            hi = np.asarray([o.band[1] for o in self.options])[:, None]
+            valid &= (n >= lo) & (n <= hi)
+        if kind in ("first", "both"):
+            valid &= self.first_ok[:, None]
+        out = {"time": time_, "sync": sync, "w": w, "a": a, "fixed": fixed, "valid": valid}
+        self._static[kind] = out
+        return out
+
+    def _sync_of(self, cur: dict[str, np.ndarray]) -> np.ndarray:
+        """Exposed sync + optimizer of a middle window (``Instance.evaluate``'s formula, no edges)."""
+        return self._exposed(cur["rs"], cur["ag"], cur["fwd"], cur["bwd"], cur["opt"])
+
+    def _exposed(self, rs: np.ndarray, ag: np.ndarray, fwd: np.ndarray, bwd: np.ndarray, op: np.ndarray) -> np.ndarray:
+        """Exposed DP sync + optimizer per (option, range), priced by the cost model per device type
+        (:meth:`CostModel.exposed_sync`; its overlap share is the device's)."""
+        cm = self.inst.cost_model
+        out = np.empty(np.broadcast(rs, ag, fwd, bwd, op).shape)
+        for did in {o.device for o in self.options}:
+            rows = np.asarray([o.device == did for o in self.options])
+            out[rows] = cm.exposed_sync(did, rs[rows], ag[rows], fwd[rows], bwd[rows], op[rows])
+        return out
+
+    def arcs(self, k: int, first: bool) -> ArcSet:
+        """Arcs of slot ``k`` (first stage or not): memory-feasible, dominance-reduced."""
+        key = (k, first)
+        if key in self._arcs:
+            return self._arcs[key]
+        kind = ("both" if first else "last") if k == 1 else ("first" if first else "mid")
+        sv = self._static_values(kind)
+        s, e = self._range_arrays(kind)
+        infl = self.inst.in_flight(k)
+        mem = sv["w"] + infl * sv["a"] + sv["fixed"]  # evaluate: w + infl * a + fixed
+        ok = sv["valid"] & (mem <= self.cap[:, None])
+        dominated_by: dict[tuple[int, int, int], int] = {}
+        if not self.cross_type:
+            ok = self._dominance(ok, sv["time"], sv["sync"], s, e, dominated_by)
+        oi, ri = np.nonzero(ok)
+        arcs = ArcSet(
+            opt=oi.astype(np.int64),
+            s=s[ri],
+            e=e[ri],
+            time=sv["time"][oi, ri],
+            sync=sv["sync"][oi, ri],
+            dominated_by=dominated_by,
+        )
+        self._arcs[key] = arcs
+        return arcs
+
+    def _dominance(
+        self,
+        ok: np.ndarray,
+        time: np.ndarray,
+        sync: np.ndarray,
+        s: np.ndarray,
+        e: np.ndarray,
+        out: dict[tuple[int, int, int], int],
+    ) -> np.ndarray:
+        """Drop arcs another arc of the same type, size, class, group and range beats or ties (see doc)."""
+        buckets: dict[tuple[int, int, int, int], list[int]] = {}
+        for i in range(self.O):
+            buckets.setdefault((int(self.gid[i]), int(self.tix[i]), int(self.size[i]), int(self.cls[i])), []).append(i)
+        keep = ok.copy()
+        for idx in buckets.values():
+            if len(idx) < 2:
+                continue
+            ix = np.asarray(idx)
+            T, S, M = time[ix], sync[ix], ok[ix]  # m x R
+            Pm = self.p2p[ix]  # m x C
+            p_le = (Pm[:, None, :] <= Pm[None, :, :]).all(axis=2)  # [b, a]: b's p2p <= a's everywhere
+            p_lt = (Pm[:, None, :] < Pm[None, :, :]).any(axis=2)
+            m = len(ix)
+            order = np.arange(m)
+            earlier = order[:, None] < order[None, :]  # b < a
+            le = (T[:, None, :] <= T[None, :, :]) & (S[:, None, :] <= S[None, :, :]) & p_le[:, :, None]
+            lt = (T[:, None, :] < T[None, :, :]) | (S[:, None, :] < S[None, :, :]) | p_lt[:, :, None]
+            dom = le & (lt | earlier[:, :, None]) & M[:, None, :] & M[None, :, :]
+            dom[order, order, :] = False
+            hit = dom.any(axis=0)  # [a, r]
+            if not hit.any():
+                continue
+            # follow each dropped arc to an undominated one (the relation is a strict order)
+            first_dom = dom.argmax(axis=0)  # [a, r]
+            for a, r in zip(*np.nonzero(hit)):
+                b = int(first_dom[a, r])
+                while hit[b, r]:
+                    b = int(first_dom[b, r])
+                out[(int(ix[a]), int(s[r]), int(e[r]))] = int(ix[b])
+            keep[ix] &= ~hit
+        return keep
+
+    # ------------------------------------------------------------------ depth models
+    def depth_model(self, P: int, cutoff: float = math.inf) -> DepthModel:
+        """The model of depth ``P`` under ``cutoff`` (see the module doc for every reduction)."""
+        return DepthModel(self, P, cutoff)
+
+
+def _key_label(key: tuple) -> str:
+    if key[0] == "cfg":
+        return key[1].label().replace(" ", "")
+    return f"CP{key[1]}{'EP' if key[2] else 'noEP'}"
+
+
+# ------------------------------------------------------------------------------------------ covering
+def _cover_step(best: np.ndarray, items: dict[tuple[int, int], int], inv: Sequence[int]) -> np.ndarray:
+    """One slot of the covering DP: most layers held on each devices-per-type usage."""
+    new = np.full(best.shape, _NEG, dtype=np.int64)
+    nt = len(inv)
+    for (j, g), n in items.items():
+        if g > inv[j]:
+            continue
+        src = [slice(None)] * nt
+        dst = [slice(None)] * nt
+        src[j] = slice(0, inv[j] + 1 - g)
+        dst[j] = slice(g, inv[j] + 1)
+        d = tuple(dst)
+        np.maximum(new[d], best[tuple(src)] + n, out=new[d])
+    new[new < 0] = _NEG
+    return new
+
+
+def _minplus_step(best: np.ndarray, items: dict[tuple[int, int], float], inv: Sequence[int]) -> np.ndarray:
+    """One slot of a min-plus DP over devices per type: smallest sum of item values on each usage."""
+    new = np.full(best.shape, np.inf)
+    nt = len(inv)
+    for (j, g), v in items.items():
+        if g > inv[j]:
+            continue
+        src = [slice(None)] * nt
+        dst = [slice(None)] * nt
+        src[j] = slice(0, inv[j] + 1 - g)
+        dst[j] = slice(g, inv[j] + 1)
+        d = tuple(dst)
+        np.minimum(new[d], best[tuple(src)] + v, out=new[d])
+    return new
+
+
+def _cummax(a: np.ndarray) -> np.ndarray:
+    for ax in range(a.ndim):
+        a = np.maximum.accumulate(a, axis=ax)
+    return a
+
+
+class DepthModel:
+    """One sub-problem at one depth under a cutoff: the arcs and cuts both backends translate.
+
+    ``closed`` is True when the reductions alone prove that no plan of this depth beats the cutoff
+    (``reason`` says which); the arcs are then empty and no backend is needed.
+    """
+
+    def __init__(self, sub: SubProblem, P: int, cutoff: float) -> None:
+        self.sub = sub
+        self.P = P
+        self.cutoff = cutoff
+        self.alpha, self.beta = sub.alpha, sub.beta
+        self.closed = False
+        self.reason = ""
+        self.stats: dict[str, int] = {}
+        self.tau_lo = 0.0
+        self.tau_hi = math.inf
+        self.sum_lo = 0.0
+        self.sigma_lo = 0.0
+        self.bound = 0.0
+        self.unmodelled = sub.too_large
+        if self.unmodelled:  # bounded by the sub-problem's root bound only
+            self.bound = sub.root_bound
+            self.reason = "too many arcs to enumerate"
+            self._slots = []
+            self._finish([])
+            return
+        N = sub.N
+        slots: list[ArcSet] = []
+        masks: list[np.ndarray] = []
+        for k in range(1, P + 1):
+            a = sub.arcs(k, k == P)
+            slots.append(a)
+            # every other slot holds at least one layer
+            if sub.counts:
+                m = a.n <= N - (P - 1)
+            else:
+                m = (a.s >= P - k) & (a.e <= N - (k - 1))
+            masks.append(m)
+        self._slots = slots
+        built = sum(int(m.sum()) for m in masks)
+        self.stats["arcs_built"] = built
+        eff = [a.time + (2 * sub.pmin[a.opt] if k >= 2 else 0.0) for k, a in zip(range(1, P + 1), slots)]
+        self._eff = eff
+        self._sync = [a.sync for a in slots]
+        # reductions to a fixpoint: the per-arc objective filter under the cutoff, the covering probe,
+        # then the bounds again (cheap ones first; the bottleneck bisections once the cheap ones settle)
+        lim = cutoff * (1 + 1e-12)
+        exact_bounds = False
+        for _ in range(12):
+            if any(not m.any() for m in masks):
+                break
+            tmin = [float(t[m].min()) for t, m in zip(eff, masks)]
+            R = sum(tmin) - max(tmin)
+            self.sum_lo = max(self.sum_lo, sum(tmin))
+            self.tau_lo = max(self.tau_lo, max(tmin))
+            self.sigma_lo = max(self.sigma_lo, max(float(y[m].min()) for y, m in zip(self._sync, masks)))
+            if exact_bounds:
+                self.sum_lo = max(self.sum_lo, self._sum_bound(masks))
+                self.tau_lo = max(self.tau_lo, self._bottleneck(masks, eff))
+                self.sigma_lo = max(self.sigma_lo, self._bottleneck(masks, self._sync))
+            self.sum_lo = max(self.sum_lo, self.tau_lo + R)
+            self.bound = self.beta * self.tau_lo + self.alpha * self.sum_lo + self.sigma_lo
+            if self.bound >= cutoff:
+                break
+            new = masks
+            if math.isfinite(cutoff):
+                if self.beta > 0:
+                    self.tau_hi = (cutoff - self.sigma_lo - self.alpha * self.sum_lo) / self.beta * (1 + 1e-12)
+                else:
+                    self.tau_hi = (cutoff - self.sigma_lo - self.alpha * R) / self.alpha * (1 + 1e-12)
+                new = []
+                for k, (m, t, y) in enumerate(zip(masks, eff, self._sync)):
+                    rest = R + max(tmin) - tmin[k]  # the other slots' smallest stage times
+                    obj = (
+                        self.beta * np.maximum(self.tau_lo, t)
+                        + self.alpha * np.maximum(self.sum_lo, t + rest)
+                        + np.maximum(self.sigma_lo, y)
+                    )
+                    new.append(m & (obj <= lim))
+            new = self._probe(new, self.tau_hi)
+            changed = any((a != b).any() for a, b in zip(new, masks))
+            masks = new
+            if not changed:
+                if exact_bounds:
+                    break
+                exact_bounds = True
+        self.stats["arcs_after_reductions"] = sum(int(m.sum()) for m in masks)
+        if any(not m.any() for m in masks):
+            self._close(masks, f"covering: no depth-{P} plan holds all layers under the cutoff")
+            return
+        if self.bound >= cutoff:
+            self._close(masks, "depth bound reaches the cutoff")
+            return
+        self._finish(masks)
+
+    # ------------------------------------------------------------------ reductions
+    def _items(self, k: int, sel: np.ndarray) -> dict[tuple[int, int], int]:
+        """Most layers per (type, size) the selected arcs of slot ``k`` hold."""
+        sub = self.sub
+        a = self._slots[k - 1]
+        out: dict[tuple[int, int], int] = {}
+        if not sel.any():
+            return out
+        o = a.opt[sel]
+        n = a.n[sel]
+        key = sub.tix[o] * 100_000 + sub.csize[o]
+        order = np.lexsort((n, key))
+        key, n = key[order], n[order]
+        last = np.r_[key[1:] != key[:-1], True]
+        for kk, nn in zip(key[last].tolist(), n[last].tolist()):
+            out[(kk // 100_000, kk % 100_000)] = nn
+        return out
+
+    def _sum_bound(self, masks: list[np.ndarray]) -> float:
+        """Lower bound on ``sum tau`` (Lagrangian relaxation of ``sum n = N``; see the module doc).
+
+        For any ``lam``, ``sum_k tau_k = lam N + sum_k (tau_k - lam n_k)`` and each slot's term is at least
+        the smallest ``time + 2 p2p_min - lam n`` among its arcs of the device type and size it uses, so a
+        min-plus DP over devices per type bounds the sum; a few ``lam`` around the balanced per-layer
+        time are tried and the best bound kept.
+        """
+        sub = self.sub
+        P, N = self.P, sub.N
+        inv = sub.cinv
+        effs = [t[m] for t, m in zip(self._eff, masks)]
+        if any(not len(e) for e in effs):
+            return math.inf
+        tmin = [float(e.min()) for e in effs]
+        best = sum(tmin)
+        top = max(float(e.max()) for e in effs)
+        ref = min(top, self.tau_hi) if math.isfinite(self.tau_hi) else top
+        shape = tuple(v + 1 for v in inv)
+        keys = []
+        for k in range(1, P + 1):
+            a = self._slots[k - 1]
+            m = masks[k - 1]
+            o = a.opt[m]
+            keys.append((sub.tix[o] * 100_000 + sub.csize[o], a.n[m].astype(np.float64)))
+        for q in (0.0, 0.5, 0.7, 0.85, 1.0):
+            lam = q * ref * P / N
+            dp = np.full(shape, np.inf)
+            dp[(0,) * len(inv)] = 0.0
+            for k in range(1, P + 1):
+                key, n = keys[k - 1]
+                val = effs[k - 1] - lam * n
+                order = np.lexsort((val, key))
+                ks, vs = key[order], val[order]
+                firsts = np.r_[True, ks[1:] != ks[:-1]]
+                items = {(int(kk) // 100_000, int(kk) % 100_000): float(v) for kk, v in zip(ks[firsts], vs[firsts])}
+                dp = _minplus_step(dp, items, inv)
+            v = float(dp.min())
+            if math.isfinite(v):
+                best = max(best, lam * N + v)
+        return best
+
+    def _probe(self, masks: list[np.ndarray], limit: float) -> list[np.ndarray]:
+        sub = self.sub
+        P, N = self.P, sub.N
+        inv = sub.cinv
+        shape = tuple(v + 1 for v in inv)
+        items = [self._items(k, masks[k - 1] & (self._eff[k - 1] <= limit)) for k in range(1, P + 1)]
+        zero = np.full(shape, _NEG, dtype=np.int64)
+        zero[(0,) * len(inv)] = 0
+        fwd = [zero]
+        for k in range(1, P):
+            fwd.append(_cover_step(fwd[-1], items[k - 1], inv))
+        bwd = [zero] * (P + 2)
+        for k in range(P, 1, -1):
+            bwd[k] = _cover_step(bwd[k + 1] if k < P else zero, items[k - 1], inv)
+        out = []
+        for k in range(1, P + 1):
+            F = _cummax(fwd[k - 1])
+            B = bwd[k + 1] if k < P else zero
+            a = self._slots[k - 1]
+            m = masks[k - 1].copy()
+            if not m.any():
+                out.append(m)
+                continue
+            need = np.full(len(a), N + 1, dtype=np.int64)
+            for j, g in items[k - 1]:
+                w = list(inv)
+                w[j] -= g
+                if w[j] < 0:
+                    continue
+                box = tuple(slice(0, x + 1) for x in w)
+                flip = tuple(slice(None, None, -1) for _ in w)
+                v = int((B[box] + F[box][flip]).max())
+                sel = (sub.tix[a.opt] == j) & (sub.csize[a.opt] == g)
+                need[sel] = N - v if v > _NEG // 2 else N + 1
+            m &= a.n >= need
+            out.append(m)
+        return out
+
+    def _covers(self, masks: list[np.ndarray], values: list[np.ndarray], v: float) -> bool:
+        """Can one arc per slot, each with ``value <= v``, hold every layer on the inventory?"""
+        sub = self.sub
+        inv = sub.cinv
+        shape = tuple(x + 1 for x in inv)
+        best = np.full(shape, _NEG, dtype=np.int64)
+        best[(0,) * len(inv)] = 0
+        for k in range(1, self.P + 1):
+            best = _cover_step(best, self._items(k, masks[k - 1] & (values[k - 1] <= v)), inv)
+            if int(best.max()) < 0:
+                return False
+        return int(best.max()) >= sub.N
+
+    def _bottleneck(self, masks: list[np.ndarray], values: list[np.ndarray]) -> float:
+        """Smallest ``v`` such that arcs with value <= v (stage time or sync) still cover every layer:
+        a lower bound on the plan's largest value (``tau_max`` or ``sigma``); bisection over candidates."""
+        cands = np.unique(np.concatenate([t[m] for t, m in zip(values, masks)]))
+        lo_t = max(float(t[m].min()) for t, m in zip(values, masks))
+        cands = cands[cands >= lo_t]
+        if not len(cands) or not self._covers(masks, values, float(cands[-1])):
+            return math.inf  # nothing covers every layer: no plan of this depth
+        a, b = 0, len(cands) - 1
+        while a < b:
+            mid = (a + b) // 2
+            if self._covers(masks, values, float(cands[mid])):
+                b = mid
+            else:
+                a = mid + 1
+        return float(cands[a])
+
+    def _close(self, masks: list[np.ndarray], reason: str) -> None:
+        self.closed = True
+        self.reason = reason
+        self._finish([np.zeros_like(m) for m in masks])
+
+    def _finish(self, masks: list[np.ndarray]) -> None:
+        sub = self.sub
+        ks, opt, s, e, tm, sy = [], [], [], [], [], []
+        for k, (a, m) in enumerate(zip(self._slots, masks), start=1):
+            ks.append(np.full(int(m.sum()), k, dtype=np.int64))
+            opt.append(a.opt[m])
+            s.append(a.s[m])
+            e.append(a.e[m])
+            tm.append(a.time[m])
+            sy.append(a.sync[m])
+        self.slot = np.concatenate(ks) if ks else np.zeros(0, np.int64)
+        self.opt = np.concatenate(opt) if opt else np.zeros(0, np.int64)
+        self.start = np.concatenate(s) if s else np.zeros(0, np.int64)
+        self.end = np.concatenate(e) if e else np.zeros(0, np.int64)
+        self.time = np.concatenate(tm) if tm else np.zeros(0)
+        self.sync = np.concatenate(sy) if sy else np.zeros(0)
+        self.n = self.end - self.start
+        self.by_slot = [np.nonzero(self.slot == k)[0] for k in range(1, self.P + 1)]
+        self.stats["arcs"] = len(self.slot)
+        # symmetry pairs (uniform kinds, non-decreasing in-flight): adjacent middle slots, same option
+        self.symmetry: list[tuple[int, int]] = []
+        if sub.uniform and sub.in_flight_monotone and not self.closed:
+            for k in range(2, self.P - 1):
+                here = set(self.opt[self.by_slot[k - 1]].tolist())
+                above = set(self.opt[self.by_slot[k]].tolist())
+                self.symmetry.extend((k, i) for i in sorted(here & above))
+        # cross-type p2p rule (a pruning switch): arc a may not send to class j
+        self.forbidden: list[tuple[int, int]] = []
+        if sub.cross_type and not self.closed:
+            for a in np.nonzero(self.slot >= 2)[0].tolist():
+                i = int(self.opt[a])
+                for j, (dev, _) in enumerate(sub.classes):
+                    if dev != sub.options[i].device and 2 * sub.p2p[i, j] > sub.eta * self.time[a]:
+                        self.forbidden.append((a, j))
+
+    # ------------------------------------------------------------------ plans
+    def describe(self) -> str:
+        return f"{self.sub.describe()} P={self.P}"
+
+    def arc_of(self, k: int, i: int, s: int, e: int) -> int | None:
+        """Index of the arc (slot, option, range), following dominance; None if not in the model."""
+        sub = self.sub
+        if sub.counts:
+            s, e = 0, e - s
+        a = sub.arcs(k, k == self.P)
+        i = a.dominated_by.get((i, s, e), i)
+        idx = self.by_slot[k - 1]
+        hit = idx[(self.opt[idx] == i) & (self.start[idx] == s) & (self.end[idx] == e)]
+        return int(hit[0]) if len(hit) else None
+
+    def hint_arcs(self, assignment: Assignment) -> list[int] | None:
+        """The arcs of a plan of this depth (first stage first), or None if it is not in the model."""
+        if len(assignment) != self.P or self.closed:
+            return None
+        out = []
+        for j, (i, s, e) in enumerate(assignment):
+            a = self.arc_of(self.P - j, i, s, e)
+            if a is None:
+                return None
+            out.append(a)
+        return out
+
+    def assignment(self, chosen: Sequence[int]) -> Assignment:
+        """Decode one chosen arc per slot into stages from first to last."""
+        by_k = {int(self.slot[a]): a for a in chosen}
+        out: Assignment = []
+        pos = 0
+        for k in range(self.P, 0, -1):
+            a = by_k[k]
+            if self.sub.counts:
+                s, e = pos, pos + int(self.n[a])
+            else:
+                s, e = int(self.start[a]), int(self.end[a])
+            out.append((int(self.opt[a]), s, e))
+            pos = e
+        return out
+
+    def p2p_of(self, a: int, next_arc: int | None) -> float:
+        """Seconds of arc ``a``'s transfer towards the next (later) stage's arc."""
+        if next_arc is None:
+            return 0.0
+        return float(self.sub.p2p[self.opt[a], self.sub.cls[self.opt[next_arc]]])
+
+    def values(self, chosen: Sequence[int]) -> dict[str, Any]:
+        """Stage times, p2p, tau_max, sigma and the objective of chosen arcs (for hints and checks)."""
+        by_k = {int(self.slot[a]): a for a in chosen}
+        taus, ps = {}, {}
+        for k in range(1, self.P + 1):
+            a = by_k[k]
+            p = self.p2p_of(a, by_k.get(k - 1))
+            ps[k] = p
+            taus[k] = float(self.time[a]) + 2 * p
+        sigma = max(float(self.sync[a]) for a in chosen)
+        obj = self.alpha * sum(taus.values()) + self.beta * max(taus.values()) + sigma
+        return {"tau": taus, "p2p": ps, "tau_max": max(taus.values()), "sigma": sigma, "objective": obj}
+
+
+# ------------------------------------------------------------------------------------------ plans
+def plan_of(sub: SubProblem, assignment: Assignment) -> Plan:
+    stages = tuple(
+        Stage(sub.options[i].device, sub.options[i].cfg, s, e, sub.options[i].recompute)  # type: ignore[arg-type]
+        for i, s, e in assignment
+    )
+    return sub.inst.make_plan(stages)
+
+
+def assignment_of(sub: SubProblem, plan: Plan) -> Assignment | None:
+    """Map a plan (e.g. the DP's) onto this sub-problem's options, or None if it is not in it."""
+    inst = sub.inst
+    if plan.family != inst.family or plan.pp > sub.K or not plan.stages:
+        return None
+    if plan.samples_per_microbatch != inst.samples_per_mb or plan.vpp != inst.vpp:
+        return None
+    index = {(o.device, o.cfg, o.recompute): i for i, o in enumerate(sub.options)}
+    out: Assignment = []
+    for s in plan.stages:
+        i = index.get((s.device, s.cfg, s.recompute))
+        if i is None:
+            return None
+        out.append((i, s.layer_start, s.layer_end))
+    if len({int(sub.gid[i]) for i, _, _ in out}) != 1:
+        return None
+    return out
+
+
+def evaluate_assignment(sub: SubProblem, assignment: Assignment) -> tuple[float, bool]:
+    """(objective, fits) of stages priced exactly as the DP prices them (``Instance.evaluate`` per
+    stage, ``Instance.p2p`` towards the next stage's link class, ``Instance.objective``)."""
+    inst = sub.inst
+    P = len(assignment)
+    taus: list[float] = []
+    syncs: list[float] = []
+    fits = True
+    for j, (i, s, e) in enumerate(assignment):
+        o = sub.options[i]
+        p2p = 0.0
+        if j + 1 < P:
+            nxt = sub.options[assignment[j + 1][0]]
+            node = sub.node[nxt.device]
+            p2p = inst.p2p(o, nxt.device, 1 if nxt.devices < node else node)
+        ev = inst.evaluate(o, s, e, from_end=P - j, first=j == 0, p2p=p2p)
+        fits = fits and ev.memory <= o.capacity
+        taus.append(ev.tau)
+        syncs.append(ev.sync)
+    return inst.objective(taus, syncs), fits
+
+
+def subproblems(inst: Instance, keys_list: Sequence[Sequence[tuple]]) -> list[SubProblem]:
+    """One sub-problem per entry of ``keys_list`` (options grouped in one pass over the instance)."""
+    by_key = groups(inst)
+    out = []
+    for keys in keys_list:
+        sp = SubProblem(inst, keys, by_key)
+        if sp.O and sp.K >= 1:
+            out.append(sp)
+    return out
+
+
+__all__ = [
+    "ArcSet",
+    "Assignment",
+    "DepthModel",
+    "SubProblem",
+    "SubResult",
+    "SubStatus",
+    "assignment_of",
+    "evaluate_assignment",
+    "option_name",
+    "plan_of",
+    "subproblems",
+]
