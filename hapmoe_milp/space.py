@@ -37,6 +37,10 @@ class Pruning:
     - ``large_cluster``: above this many devices the hetero family uses whole-node stages of one size
       per device type (0 = never), keeping per stage shape at most ``large_cluster_top_k`` options on the
       time/memory front of the dominant layer kind; the per-stage space grows too fast otherwise.
+
+    Not a pruning rule but a bound of the space: ``max_vpp`` is the most virtual pipeline chunks per stage
+    (Megatron's interleaved 1F1B) the megatron family searches; 1 searches plain 1F1B only. It stays in
+    :meth:`off`, which is exact over the space it describes.
     """
 
     layer_band: bool = True
@@ -52,6 +56,7 @@ class Pruning:
     pareto_eps: float = 0.002
     large_cluster: int = 64
     large_cluster_top_k: int = 4
+    max_vpp: int = 8
 
     @classmethod
     def off(cls) -> Pruning:

@@ -1,285 +1,51 @@
 """The pruned dynamic program over pipeline stages (the fast search mode).
 
-Stages are placed from the last to the first. A state is (first layer of the placed suffix, devices used
-per type, device type and size of the stage just placed, number of stages placed). Counting stages from
-the end makes the 1F1B in-flight count ``min(M, k)`` known when a stage is placed, so one pass covers
-every pipeline depth.
+Stages are placed from the last to the first. A state is (sub-problem, first layer of the placed suffix,
+devices used per type, device type and size class of the stage just placed, device types seen). Counting
+stages from the end makes the 1F1B in-flight count ``min(M, k)`` known when a stage is placed, so one
+pass covers every pipeline depth; an interleaved (VPP) sub-problem fixes its depth ``P`` instead, since
+Megatron's interleaved warm-up depends on it (:meth:`hapmoe_milp.instance.Instance.in_flight`).
 
 The objective ``alpha*sum(tau) + beta*max(tau) + max(sync)`` has two max terms, which an additive
 recurrence cannot carry; each state keeps the Pareto front of ``(sum, max tau, max sync)`` labels. With
-every pruning switch off this is exact over the instance; a global upper bound (best plan so far)
-discards labels whose objective already exceeds it, which is safe because all three terms only grow.
+every pruning switch off this is exact over the instance; a global upper bound (best plan so far) and
+lower bounds on the layers still to place discard labels that cannot win.
+
+Sub-problems are one family group of one instance (megatron: one mesh and recompute level, and for VPP
+one virtual-stage count and depth; hetero: one CP / EP-on setting). Megatron sub-problems are searched
+cheapest-bound first and skipped once their lower bound reaches the best plan; the first batch gives an
+incumbent within milliseconds. The label loop itself is vectorised (:mod:`hapmoe_milp.search.dp_levels`);
+the pure-Python original is kept in :mod:`hapmoe_milp.search.dp_reference` for tests.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from bisect import bisect_right
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from hapmoe_milp.config import Family, Settings
+from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.errors import InfeasibleError
-from hapmoe_milp.instance import Instance, Option, StageEval, aligned, build_instances, groups
+from hapmoe_milp.instance import Instance, build_instances, groups
 from hapmoe_milp.plan import Plan, Stage
-from hapmoe_milp.search.solution import Solution
+from hapmoe_milp.search.dp_levels import Best, Chain, run_batch
+from hapmoe_milp.search.dp_tables import F, InstanceArrays, SubProblem, build_batch, instance_arrays, kind_order
+from hapmoe_milp.search.solution import Progress, ProgressEvent, Solution
 from hapmoe_milp.space import PruneCounter, Pruning
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class Label:
-    total: float
-    tmax: float
-    smax: float
-    option: Option | None
-    start: int
-    end: int
-    parent: Label | None
-
-
-def _pareto(labels: list[Label], eps: float = 0.0, floor: float = 0.0) -> list[Label]:
-    """Labels not dominated in (total, max(tmax, floor), smax).
-
-    ``floor`` is a lower bound on the largest stage time any completion of this state will add, so a
-    label's tmax below it can never show in the objective: comparing ``max(tmax, floor)`` keeps the
-    DP exact while merging labels that differ only there. With ``eps`` > 0, labels within a relative
-    ``eps`` of a kept one are dropped too (an approximation, used only when pruning is on).
-    """
-    labels.sort(key=lambda lb: (lb.total, lb.tmax, lb.smax))
-    kept: list[Label] = []
-    stair: list[tuple[float, float]] = []  # (tmax, smax) of kept labels, tmax ascending, smax descending
-    f = 1.0 + eps
-    for lb in labels:
-        tm = lb.tmax if lb.tmax > floor else floor
-        t, sm = tm * f, lb.smax * f
-        i = bisect_right(stair, (t, float("inf")))
-        if i and stair[i - 1][1] <= sm:
-            continue
-        kept.append(lb)
-        j = bisect_right(stair, (tm, lb.smax))
-        stair.insert(j, (tm, lb.smax))
-        k = j + 1
-        while k < len(stair) and stair[k][1] >= lb.smax:
-            del stair[k]
-    return kept
-
-
-@dataclass
-class _Best:
-    value: float = float("inf")
-    label: Label | None = None
-    inst: Instance | None = None
-    second_value: float = float("inf")
-    second_label: Label | None = None
-    second_inst: Instance | None = None
-
-    def offer(self, value: float, label: Label, inst: Instance) -> None:
-        if value < self.value:
-            if self.label is not None and not _same_plan(self.label, label):
-                self.second_value, self.second_label, self.second_inst = self.value, self.label, self.inst
-            self.value, self.label, self.inst = value, label, inst
-        elif value < self.second_value and (self.label is None or not _same_plan(self.label, label)):
-            self.second_value, self.second_label, self.second_inst = value, label, inst
-
-
-def _same_plan(a: Label, b: Label) -> bool:
-    x: Label | None = a
-    y: Label | None = b
-    while x is not None and y is not None:
-        if x.option is not y.option or x.start != y.start:
-            return False
-        x, y = x.parent, y.parent
-    return x is None and y is None
-
-
-def _solve_group(
-    inst: Instance, options: list[Option], best: _Best, counter: PruneCounter, deadline: float | None
-) -> bool:
-    """Run the backward DP over ``options``; returns False if the deadline stopped it."""
-    pr = inst.pruning
-    n_layers = inst.num_layers
-    alpha, beta = inst.coefficients
-    inv = inst.inventory
-    types = list(inv)
-    tidx = {t: i for i, t in enumerate(types)}
-    kmax = n_layers if pr.max_stages <= 0 else min(n_layers, pr.max_stages)
-    total_dev = sum(inv.values())
-    kmax = min(kmax, total_dev)
-    first_dp = inst.first_dp
-
-    # shapes with their recompute levels cheapest-first, for the min-recompute rule
-    shapes: dict[tuple, list[Option]] = {}
-    for o in options:
-        shapes.setdefault((o.device, o.cfg), []).append(o)
-    order = {"none": 0, "selective": 1, "full": 2}
-    shape_list = [sorted(v, key=lambda o: order[o.recompute]) for v in shapes.values()]
-
-    # Lower bound on what the layers [0, s) still cost: per layer, the fewest device-seconds any option
-    # needs (w); the remaining D devices must absorb W = sum(w), so some stage takes >= W / D and the
-    # stages together take >= W / g_max. Valid whatever the pruning, so it keeps the DP exact.
-    kinds = inst.layer_kinds
-    w_kind = {
-        k: min(((o.per_kind[k].fwd + o.per_kind[k].bwd) * o.devices for o in options), default=0.0) for k in set(kinds)
-    }
-    w_pre = [0.0]
-    for k in kinds:
-        w_pre.append(w_pre[-1] + w_kind[k])
-    g_max = max((o.devices for o in options), default=1)
-    total_inv = sum(inv.values())
-    # Memory lower bound: layers [0, s) need at least m_pre[s] bytes summed over devices (weights and
-    # optimizer state of the most sharded option); the devices left must be able to hold them.
-    m_kind = {k: min((o.per_kind[k].weights * o.devices for o in options), default=0.0) for k in set(kinds)}
-    m_pre = [0.0]
-    for k in kinds:
-        m_pre.append(m_pre[-1] + m_kind[k])
-    cap_of = {t: max((o.capacity for o in options if o.device == t), default=0.0) for t in types}
-
-    node_of = {t: inst.cluster.node_size(t) for t in types}
-    n_bound = 0
-    root = Label(0.0, 0.0, 0.0, None, n_layers, n_layers, None)
-    # state: (first layer of the suffix, devices used per type, next stage's type, its size class,
-    #         device types seen so far from the end -- hetero plans keep each type contiguous)
-    contiguous = inst.family == "hetero"
-    uniform = pr.uniform_stage_size or (contiguous and 0 < pr.large_cluster < total_inv)
-    level: dict[tuple, list[Label]] = {(n_layers, (0,) * len(types), None, 0, ()): [root]}
-    p2p_cache: dict[tuple, float] = {}
-    for k in range(1, kmax + 1):
-        if deadline is not None and time.perf_counter() > deadline:
-            counter.add("bound", n_bound)
-            return False
-        # group live states by the first layer of their suffix: a stage ending there is priced once
-        by_end: dict[int, list[tuple[tuple[int, ...], str | None, int, list[Label]]]] = {}
-        for (e, used, nd, ng, seen), labels in level.items():
-            labels = [lb for lb in labels if alpha * lb.total + beta * lb.tmax + lb.smax < best.value]
-            if labels:
-                by_end.setdefault(e, []).append((used, nd, ng, seen, labels))
-        nxt: dict[tuple, list[Label]] = {}
-        for e, states in by_end.items():
-            if deadline is not None and time.perf_counter() > deadline:
-                counter.add("bound", n_bound)
-                return False
-            lo_tmax = min(lb.tmax for *_, labels in states for lb in labels)
-            for group in shape_list:
-                o0 = group[0]
-                ti = tidx[o0.device]
-                g = o0.devices
-                node = node_of[o0.device]
-                fits_inv = [
-                    st
-                    for st in states
-                    if st[0][ti] + g <= inv[o0.device]
-                    and aligned(inv[o0.device] - st[0][ti] - g, g, node)
-                    and not (contiguous and o0.device in st[3] and st[3][-1] != o0.device)
-                    and not (uniform and st[1] == o0.device and st[2] != g)
-                ]
-                if not fits_inv:
-                    continue
-                n_lo, n_hi = o0.band
-                # the next stage's p2p only sees whether this stage fits inside a node (boundary link
-                # class), so states keep that, not the exact size
-                g_link = 1 if g < node_of[o0.device] else node_of[o0.device]
-                for s in range(max(0, e - n_hi), e - n_lo + 1):
-                    first = s == 0
-                    if first and o0.cfg.dp != first_dp:
-                        continue
-                    if not first and k == kmax:
-                        continue
-                    cands: list[tuple[Option, StageEval]] = []
-                    for i, o in enumerate(group):
-                        ev = inst.evaluate(o, s, e, from_end=k, first=first)
-                        if beta * max(ev.tau, lo_tmax) + alpha * ev.tau >= best.value:
-                            counter.add("bound")
-                            break  # costlier recompute levels are only slower
-                        if ev.memory > o.capacity:
-                            continue
-                        cands.append((o, ev))
-                        if pr.min_recompute:
-                            if len(group) - i - 1:
-                                counter.add("min_recompute", len(group) - i - 1)
-                            break
-                    for o, base in cands:
-                        for used, nd, ng, seen, labels in fits_inv:
-                            if nd is None:
-                                p2p = 0.0
-                            else:
-                                pk = (o.index, nd, ng)
-                                p2p = p2p_cache.get(pk, -1.0)
-                                if p2p < 0:
-                                    p2p = p2p_cache[pk] = inst.p2p(o, nd, ng)
-                            tau = base.tau + 2 * p2p
-                            if (
-                                pr.cross_type_comm
-                                and nd is not None
-                                and nd != o.device
-                                and 2 * p2p > pr.eta * (base.fwd + base.bwd)
-                            ):
-                                counter.add("cross_type_comm")
-                                continue
-                            used2 = list(used)
-                            used2[ti] += g
-                            rem_dev = total_inv - sum(used2)
-                            if not first:
-                                if rem_dev <= 0:
-                                    continue
-                                rem_cap = sum((inv[t] - used2[i]) * cap_of[t] for i, t in enumerate(types))
-                                if m_pre[s] > rem_cap:
-                                    counter.add("memory_bound")
-                                    continue
-                                # at most kmax - k more stages of at most g_max devices each
-                                usable = min(rem_dev, (kmax - k) * g_max)
-                                if usable <= 0:
-                                    continue
-                                rest_sum = w_pre[s] / g_max
-                                rest_max = w_pre[s] / usable
-                            else:
-                                rest_sum = rest_max = 0.0
-                            seen2 = seen if (seen and seen[-1] == o.device) else (*seen, o.device)
-                            key = (s, tuple(used2), o.device, g if uniform else g_link, seen2)
-                            sync = base.sync
-                            collapsed = False  # labels are sorted by total: once one with tmax <= tau and
-                            # smax <= sync is extended, later such labels only give dominated results
-                            for lb in labels:
-                                if lb.tmax <= tau and lb.smax <= sync:
-                                    if collapsed:
-                                        continue
-                                    collapsed = True
-                                tot = lb.total + tau
-                                tmx = lb.tmax if lb.tmax > tau else tau
-                                smx = lb.smax if lb.smax > sync else sync
-                                if alpha * (tot + rest_sum) + beta * max(tmx, rest_max) + smx >= best.value:
-                                    n_bound += 1
-                                    continue
-                                new = Label(tot, tmx, smx, o, s, e, lb)
-                                if first:
-                                    best.offer(alpha * tot + beta * tmx + smx, new, inst)
-                                else:
-                                    nxt.setdefault(key, []).append(new)
-        level = {}
-        for key, labels in nxt.items():
-            rem = min(total_inv - sum(key[1]), (kmax - k) * g_max)
-            kept = _pareto(labels, pr.pareto_eps, w_pre[key[0]] / rem if rem > 0 else 0.0)
-            if len(kept) < len(labels):
-                counter.add("pareto", len(labels) - len(kept))
-            level[key] = kept
-        if not level:
-            break
-    counter.add("bound", n_bound)
-    return True
-
-
-def plan_from_label(label: Label, inst: Instance) -> Plan:
-    stages: list[Stage] = []
-    lb: Label | None = label
-    while lb is not None and lb.option is not None:
-        o = lb.option
-        stages.append(Stage(o.device, o.cfg, lb.start, lb.end, o.recompute))  # type: ignore[arg-type]
-        lb = lb.parent
-    return inst.make_plan(tuple(stages))
+# megatron sub-problems per vectorised batch (each is a handful of options)
+MEGATRON_BATCH = 192
+# pruning rules that can cut the optimum when they fire (the others only remove what cannot win)
+INEXACT_RULES = ("min_recompute", "cross_type_comm", "pareto_eps", "max_stages", "large_cluster")
 
 
 def families(family: str) -> list[Family]:
@@ -288,6 +54,120 @@ def families(family: str) -> list[Family]:
     if family not in ("megatron", "hetero"):
         raise InfeasibleError(f"unknown family {family!r}; use megatron, hetero or both")
     return [family]  # type: ignore[list-item]
+
+
+def plan_from_chain(chain: Chain, inst: Instance) -> Plan:
+    stages = tuple(Stage(o.device, o.cfg, s, e, o.recompute) for o, s, e in chain.stages)  # type: ignore[arg-type]
+    return inst.make_plan(stages)
+
+
+@dataclass
+class _Run:
+    """State of one solve: the incumbent, counters, the clock and the progress sink."""
+
+    t0: float
+    deadline: float | None
+    limit: float | None
+    progress: Progress | None
+    best: Best = field(default_factory=Best)
+    counter: PruneCounter = field(default_factory=PruneCounter)
+    arrays: dict[int, InstanceArrays] = field(default_factory=dict)
+    n_inst: int = 0
+    batches: int = 0
+    last_report: float = -1.0
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
+    def report(self, phase: str, done: int, total: int, force: bool = False) -> None:
+        if self.progress is None:
+            return
+        now = time.perf_counter()
+        if not force and now - self.last_report < 0.2:
+            return  # a few events per second at most
+        self.last_report = now
+        self.progress(ProgressEvent(phase, done, total, self.best.value, now - self.t0, self.limit))
+
+
+def _vpp_subs(inst: Instance, opts: tuple, total: int, pr: Pruning) -> Iterator[SubProblem]:
+    g = opts[0].devices
+    for p in inst.vpp_depths():
+        if p * g > total or (pr.max_stages > 0 and p > pr.max_stages):
+            continue
+        yield SubProblem(inst, opts, pp=p)
+
+
+def _megatron_subs(inst: Instance, run: _Run, total: int) -> list[SubProblem]:
+    """Sub-problems of one megatron instance with their lower bounds (vectorised over groups)."""
+    pr = inst.pruning
+    grp = list(groups(inst).values())
+    if not grp:
+        return []
+    kinds_seq = inst.model.layer_kinds
+    kinds = kind_order(kinds_seq)
+    types = tuple(inst.cluster.inventory)
+    key = id(inst.options)
+    arr = run.arrays.get(key)
+    if arr is None:
+        arr = run.arrays[key] = instance_arrays(inst, kinds, types)
+    counts = np.array([sum(1 for x in kinds_seq if x == k) for k in kinds], dtype=float)
+    fb = arr.coef[:, :, F] + arr.coef[:, :, 1]  # (n, K) fwd+bwd per kind
+    edges = arr.first[:, F] + arr.first[:, 1] + arr.last[:, F] + arr.last[:, 1]
+    n = len(kinds_seq)
+    a, b = inst.coefficients
+    out: list[SubProblem] = []
+    for opts in grp:
+        idx = np.array([o.index for o in opts])
+        total_t = float((fb[idx].min(axis=0) * counts).sum() + edges[idx].min())
+        g = opts[0].devices
+        if inst.vpp <= 1:
+            p_max = min(n, total // g)
+            if pr.max_stages > 0:
+                p_max = min(p_max, pr.max_stages)
+            if p_max < 1:
+                continue
+            out.append(SubProblem(inst, tuple(opts), 0, a * total_t + b * total_t / p_max))
+        else:
+            for sub in _vpp_subs(inst, tuple(opts), total, pr):
+                out.append(replace(sub, lb=a * total_t + b * total_t / sub.pp))
+    out.sort(key=lambda s: s.lb)
+    return out
+
+
+def _search_subs(subs: list[SubProblem], run: _Run, *, band: bool, batch_size: int, deadline: float | None) -> bool:
+    """Search sub-problems in order, in batches; skip those whose bound cannot beat the incumbent."""
+    i = 0
+    while i < len(subs):
+        if deadline is not None and time.perf_counter() > deadline:
+            return False
+        chunk = []
+        while i < len(subs) and len(chunk) < batch_size:
+            if subs[i].lb < run.best.value:
+                chunk.append(subs[i])
+            else:
+                run.counter.add("bound")
+            i += 1
+        if not chunk:
+            continue
+        batch = build_batch(chunk, run.arrays, band=band)
+        run.batches += 1
+        if not run_batch(batch, run.best, run.counter, deadline):
+            return False
+    return True
+
+
+def _instances(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    settings: Settings,
+    fam: Family,
+    pr: Pruning,
+    cm: CostModel,
+) -> Iterator[Instance]:
+    """The family's instances, largest micro-batch step first (fewest micro-batches, usually fastest)."""
+    built = list(build_instances(model, cluster, settings, fam, pr, cm, max_vpp=pr.max_vpp if fam == "megatron" else 1))
+    built.sort(key=lambda i: (-i.samples_per_mb, i.vpp))
+    yield from built
 
 
 def solve_dp(
@@ -300,59 +180,96 @@ def solve_dp(
     time_limit: float | None = None,
     instances: Iterable[Instance] | None = None,
     name: str = "dp",
+    progress: Progress | None = None,
 ) -> Solution:
+    """Search every plan of the DP's space; anytime: ``time_limit`` covers the whole call, building included.
+
+    The status says how far the answer is proven: ``optimal`` when the search completed and no rule that
+    can cut the optimum fired (``stats["cut_by"]`` is empty), ``feasible`` when it completed but such a
+    rule fired (``cut_by`` names them), ``timeout`` when the clock stopped it (the best plan so far).
+    """
     t0 = time.perf_counter()
     deadline = t0 + time_limit if time_limit else None
     pr = pruning or Pruning()
-    best = _Best()
-    counter = PruneCounter()
+    run = _Run(t0, deadline, time_limit, progress)
     complete = True
-    n_inst = 0
-    insts = instances
-    if insts is None:
-        insts = [i for fam in families(family) for i in build_instances(model, cluster, settings, fam, pr)]
-        # megatron first (its plans bound the hetero search), larger micro-batch steps first
-        insts.sort(key=lambda i: (i.family != "megatron", -i.samples_per_mb))
-    for inst in insts:
-        n_inst += 1
-        for rule, n in inst.counter.counts.items():
-            counter.add(rule, n)
-        for opts in sorted(groups(inst).values(), key=lambda g: -max(o.devices for o in g)):
-            if not _solve_group(inst, opts, best, counter, deadline):
-                complete = False
+    total_dev = sum(cluster.inventory.values())
+    cm = CostModel(model, cluster, settings)
+    fams = families(family) if instances is None else []
+    given = list(instances) if instances is not None else []
+    searched: list[Instance] = []
+    hetero_subs: list[SubProblem] = []
+    megatron_all: list[SubProblem] = []
+    stopped = False
+    # megatron first: its plans bound the hetero search (and its first batch is an incumbent in ms)
+    sources: list[tuple[Family, Iterable[Instance]]] = [(f, _instances(model, cluster, settings, f, pr, cm)) for f in fams]
+    if given:
+        sources = [("megatron", [i for i in given if i.family == "megatron"]), ("hetero", [i for i in given if i.family == "hetero"])]
+    for fam, insts in sources:
+        for inst in insts:
+            if run.out_of_time():
+                stopped = True
                 break
-        if not complete:
+            run.n_inst += 1
+            searched.append(inst)
+            if inst.vpp <= 1:
+                for rule, n in inst.counter.counts.items():
+                    run.counter.add(rule, n)
+            if fam == "megatron":
+                subs = _megatron_subs(inst, run, total_dev)
+                megatron_all.extend(subs)
+                if not _search_subs(subs, run, band=True, batch_size=MEGATRON_BATCH, deadline=deadline):
+                    stopped = True
+                    break
+            else:
+                hetero_subs.extend(SubProblem(inst, tuple(o)) for o in groups(inst).values())
+            run.report("dp", run.n_inst, 0)
+        if stopped:
             break
+    if not stopped and hetero_subs:
+        # all hetero instances in one vectorised batch: each level extends every instance's states
+        if not _search_subs(hetero_subs, run, band=True, batch_size=len(hetero_subs), deadline=deadline):
+            stopped = True
+    complete = not stopped
+    run.report("dp", run.n_inst, run.n_inst, force=True)
+
+    refined = False
     small = not (0 < pr.large_cluster < cluster.world_size)
-    if complete and small and instances is None and pr.layer_band and pr.band_refine and best.label is not None:
+    if complete and small and instances is None and pr.layer_band and pr.band_refine and run.best.chain is not None:
         # The band is centred on estimated speeds and can cut the optimum when memory forces slower
         # options than the estimate assumed. Re-search without it, bounded by the plan just found (which
-        # prunes most of the space) and by what is left of the time limit.
-        free = replace(pr, layer_band=False)
+        # prunes most of the space) and by as much time again as the first pass took.
         spent = time.perf_counter() - t0
         refine_deadline = time.perf_counter() + max(1.0, spent)
         if deadline is not None:
             refine_deadline = min(refine_deadline, deadline)
-        for fam in families(family):
-            for inst in build_instances(model, cluster, settings, fam, free):
-                for opts in sorted(groups(inst).values(), key=lambda g: -max(o.devices for o in g)):
-                    if not _solve_group(inst, opts, best, counter, refine_deadline):
-                        counter.add("refine_timeout")
-                        break
-                if time.perf_counter() > refine_deadline:
-                    break
+        megatron_all.sort(key=lambda s: s.lb)
+        ok = _search_subs(megatron_all, run, band=False, batch_size=MEGATRON_BATCH, deadline=refine_deadline)
+        if ok and hetero_subs:
+            ok = _search_subs(hetero_subs, run, band=False, batch_size=len(hetero_subs), deadline=refine_deadline)
+        refined = ok
+        if not ok:
+            run.counter.add("refine_timeout")
+        run.report("refine", 1, 1, force=True)
     wall = time.perf_counter() - t0
-    exact = pr == Pruning.off() or (
+    counts = run.counter.counts
+    exact_space = pr == Pruning.off() or (
         not pr.layer_band
         and not pr.min_recompute
         and not pr.cross_type_comm
-        and not pr.dominance
         and pr.max_stages <= 0
         and not pr.uniform_stage_size
         and pr.large_cluster <= 0
         and pr.pareto_eps == 0
     )
-    if best.label is None or best.inst is None:
+    cut_by = [r for r in INEXACT_RULES if counts.get(r, 0) > 0]
+    if pr.layer_band and counts.get("layer_band", 0) > 0 and not refined:
+        cut_by.insert(0, "layer_band")
+    if pr.uniform_stage_size:
+        cut_by.append("uniform_stage_size")
+    stats = {"instances": run.n_inst, "batches": run.batches, "exact_space": exact_space, "cut_by": cut_by}
+    best = run.best
+    if best.chain is None or best.sub is None:
         status = "timeout" if not complete else "infeasible"
         return Solution(
             name,
@@ -361,16 +278,21 @@ def solve_dp(
             float("inf"),
             float("nan"),
             wall,
-            counter.counts,
+            counts,
+            stats=stats,
             message="" if not complete else "no plan satisfies memory and inventory",
         )
-    plan = plan_from_label(best.label, best.inst)
-    runner = plan_from_label(best.second_label, best.second_inst) if best.second_label and best.second_inst else None
-    if complete:
-        status = "optimal" if exact else "feasible"
-    else:
+    plan = plan_from_chain(best.chain, best.sub.inst)  # type: ignore[attr-defined]
+    runner = None
+    if best.second_chain is not None and best.second_sub is not None:
+        runner = plan_from_chain(best.second_chain, best.second_sub.inst)  # type: ignore[attr-defined]
+    if not complete:
         status = "timeout"
-    bound = best.value if (complete and exact) else float("nan")
+    else:
+        status = "optimal" if not cut_by else "feasible"
+    bound = best.value if status == "optimal" else float("nan")
+    if math.isfinite(bound):
+        stats["proof"] = "optimal over the DP's space"
     return Solution(
         name,
         status,  # type: ignore[arg-type]
@@ -378,8 +300,11 @@ def solve_dp(
         best.value,
         bound,
         wall,
-        counter.counts,
+        counts,
         runner_up=runner,
         runner_up_s=best.second_value if runner else None,
-        stats={"instances": n_inst, "exact_space": exact},
+        stats=stats,
     )
+
+
+__all__ = ["families", "plan_from_chain", "solve_dp"]

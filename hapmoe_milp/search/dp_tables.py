@@ -1,0 +1,374 @@
+"""The numbers the vectorised DP reads, as arrays: stage options of a batch of sub-problems, and bounds.
+
+Nothing is priced here: every coefficient is copied from the instance's options (which the cost model
+filled), so the DP optimises exactly what :func:`hapmoe_milp.cost.estimate.estimate` reports. What this
+module adds are *lower bounds* derived from those coefficients (the least time and memory any option of
+a sub-problem needs for the layers still to place), which the DP uses to discard labels early.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hapmoe_milp.instance import ATTRS, Instance, Option, aligned
+
+# columns of the per-kind coefficient block (ATTRS order) and of the edge block (ATTRS + work)
+F, B, W, A, RS, AG, OP, WORK = range(8)
+N_ATTR = len(ATTRS)
+LEVEL = {"none": 0, "selective": 1, "full": 2}
+SHAPE_STRIDE = 1 << 24  # shape ids of different groups never collide
+
+
+@dataclass(frozen=True)
+class SubProblem:
+    """The scope of one DP run: an instance, the options that may share a plan (one family group, see
+    :func:`hapmoe_milp.instance.group_key`), and for an interleaved instance the fixed pipeline depth.
+
+    ``lb`` is a lower bound on the iteration time of any plan of the sub-problem (see :func:`group_lb`),
+    used to order sub-problems and to skip those that cannot beat the best plan found.
+    """
+
+    inst: Instance
+    options: tuple[Option, ...]
+    pp: int = 0
+    lb: float = 0.0
+
+
+@dataclass
+class InstanceArrays:
+    """Per-option coefficient arrays of one instance's option list (shared by its interleaved copies)."""
+
+    coef: np.ndarray  # (n, K, N_ATTR) per layer kind
+    first: np.ndarray  # (n, N_ATTR + 1) embedding edge incl. work
+    last: np.ndarray  # (n, N_ATTR + 1) head edge incl. work
+    fixed: np.ndarray
+    cap: np.ndarray
+    typ: np.ndarray
+    g: np.ndarray
+    dp: np.ndarray
+    level: np.ndarray
+    shape: np.ndarray  # same id for options that differ only in recompute level
+    lo: np.ndarray
+    hi: np.ndarray
+    tp_cp: np.ndarray
+
+
+def instance_arrays(inst: Instance, kinds: Sequence[str], types: Sequence[str]) -> InstanceArrays:
+    opts = inst.options
+    n, k = len(opts), len(kinds)
+    coef = np.zeros((n, k, N_ATTR))
+    first = np.zeros((n, N_ATTR + 1))
+    last = np.zeros((n, N_ATTR + 1))
+    tidx = {t: i for i, t in enumerate(types)}
+    shapes: dict[tuple, int] = {}
+    ints = np.zeros((6, n), dtype=np.int64)
+    fixed = np.zeros(n)
+    cap = np.zeros(n)
+    for i, o in enumerate(opts):
+        for j, kind in enumerate(kinds):
+            c = o.per_kind[kind]  # type: ignore[index]
+            coef[i, j] = (c.fwd, c.bwd, c.weights, c.act, c.rs, c.ag, c.opt)
+        e = o.first
+        first[i] = (e.fwd, e.bwd, e.weights, e.act, e.rs, e.ag, e.opt, e.work)
+        e = o.last
+        last[i] = (e.fwd, e.bwd, e.weights, e.act, e.rs, e.ag, e.opt, e.work)
+        fixed[i] = o.fixed
+        cap[i] = o.capacity
+        sid = shapes.setdefault((o.device, o.cfg), len(shapes))
+        ints[:, i] = (tidx[o.device], o.devices, o.cfg.dp, LEVEL[o.recompute], sid, o.cfg.tp * o.cfg.cp)
+    lo = np.array([o.band[0] for o in opts], dtype=np.int64)
+    hi = np.array([o.band[1] for o in opts], dtype=np.int64)
+    return InstanceArrays(coef, first, last, fixed, cap, ints[0], ints[1], ints[2], ints[3], ints[4], lo, hi, ints[5])
+
+
+@dataclass
+class Batch:
+    """Options (rows) of several sub-problems (groups) stacked into arrays, plus per-group bounds."""
+
+    subs: list[SubProblem]
+    types: tuple[str, ...]
+    inv: np.ndarray  # (T,)
+    node: np.ndarray  # (T,)
+    kind_count: np.ndarray  # (K, N+1) layers of each kind in [0, x)
+    n_layers: int
+    # rows
+    row_grp: np.ndarray
+    row_opt: list[Option]
+    coef: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    fixed: np.ndarray
+    cap: np.ndarray
+    typ: np.ndarray
+    g: np.ndarray
+    small: np.ndarray  # stage smaller than a node: its boundaries are link class "small"
+    dp: np.ndarray
+    level: np.ndarray
+    shape: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    tmin: np.ndarray  # least per-layer fwd+bwd over the layer kinds (a time prefilter)
+    tg: np.ndarray  # index of the row's (device type, stage size) class
+    tg_t: np.ndarray  # per class: device type
+    tg_g: np.ndarray  # per class: stage size
+    grp_lo: np.ndarray  # rows of group i are grp_lo[i]:grp_hi[i]
+    grp_hi: np.ndarray
+    # groups
+    alpha: np.ndarray
+    beta: np.ndarray
+    vpp: np.ndarray
+    pp: np.ndarray  # fixed depth, 0 = free
+    kmax: np.ndarray
+    capped: np.ndarray  # the max_stages cap is below what the layers and devices would allow
+    first_dp: np.ndarray
+    contiguous: np.ndarray
+    uniform: np.ndarray
+    gmax: np.ndarray
+    lead: np.ndarray  # interleaved: layers the first rank's first chunk must hold
+    infl: np.ndarray  # (G, Kmax+1) in-flight multiplier of the k-th stage from the end
+    sum_pre: np.ndarray  # (G, N+1) lower bound on sum of stage times of layers [0, s)
+    w_pre: np.ndarray  # (G, N+1) lower bound on device-seconds of layers [0, s)
+    m_pre: np.ndarray  # (G, N+1) lower bound on bytes (summed over devices) of layers [0, s)
+    cap_t: np.ndarray  # (G, T) largest capacity of a type's options
+    inv_r: np.ndarray  # (G, T) 1 / (slowness of the type relative to the fastest option per layer)
+    p2p: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (rows, T, 2) filled lazily (nan = unknown)
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.subs)
+
+    def p2p_for(self, rows: np.ndarray, nd: np.ndarray, small: np.ndarray) -> np.ndarray:
+        """p2p time of the boundary out of option ``rows`` into a next stage of type ``nd`` (small or not),
+        priced by the cost model on first use."""
+        val = self.p2p[rows, nd, small]
+        miss = np.isnan(val)
+        if miss.any():
+            for r, t, sm in set(zip(rows[miss].tolist(), nd[miss].tolist(), small[miss].tolist(), strict=True)):
+                o = self.row_opt[r]
+                inst = self.subs[int(self.row_grp[r])].inst
+                dst = self.types[t]
+                self.p2p[r, t, sm] = inst.p2p(o, dst, 1 if sm else int(self.node[t]))
+            val = self.p2p[rows, nd, small]
+        return val
+
+
+def kind_order(kinds_seq: Sequence[str]) -> tuple[str, ...]:
+    return tuple(sorted(set(kinds_seq)))
+
+
+def group_lb(sub: SubProblem, arrays: InstanceArrays, rows: np.ndarray, kinds_seq: Sequence[str]) -> float:
+    """A lower bound on the iteration time of any plan of ``sub``: the stages' times sum to at least the
+    per-layer least time over its options (plus both edges), and the slowest stage takes at least that sum
+    divided by the most stages the sub-problem allows."""
+    inst = sub.inst
+    kinds = kind_order(kinds_seq)
+    kidx = {k: i for i, k in enumerate(kinds)}
+    tb = arrays.coef[rows][:, :, F] + arrays.coef[rows][:, :, B]  # (r, K)
+    per_kind = tb.min(axis=0)
+    total = sum(per_kind[kidx[k]] for k in kinds_seq)
+    total += (arrays.first[rows, F] + arrays.first[rows, B]).min() + (arrays.last[rows, F] + arrays.last[rows, B]).min()
+    n = len(kinds_seq)
+    pr = inst.pruning
+    if sub.pp:
+        p_max = sub.pp
+    else:
+        gmin = int(arrays.g[rows].min())
+        p_max = min(n, sum(inst.inventory.values()) // max(1, gmin))
+        if pr.max_stages > 0:
+            p_max = min(p_max, pr.max_stages)
+    a, b = inst.coefficients
+    return a * total + b * total / max(1, p_max)
+
+
+def build_batch(subs: list[SubProblem], arrays: dict[int, InstanceArrays], *, band: bool = True) -> Batch:
+    """Stack the options of ``subs`` (each sub-problem is one group of rows) and derive its bounds.
+
+    ``arrays`` caches :func:`instance_arrays` by ``id(inst.options)``. With ``band=False`` every option
+    may hold any number of layers (the refinement pass).
+    """
+    inst0 = subs[0].inst
+    model, cluster = inst0.model, inst0.cluster
+    kinds_seq = model.layer_kinds
+    kinds = kind_order(kinds_seq)
+    types = tuple(cluster.inventory)
+    n = len(kinds_seq)
+    kc = np.zeros((len(kinds), n + 1), dtype=np.int64)
+    for j, k in enumerate(kinds):
+        kc[j, 1:] = np.cumsum([1 if x == k else 0 for x in kinds_seq])
+    inv = np.array([cluster.inventory[t] for t in types], dtype=np.int64)
+    node = np.array([cluster.node_size(t) for t in types], dtype=np.int64)
+
+    parts: list[tuple[InstanceArrays, np.ndarray]] = []
+    row_opt: list[Option] = []
+    grp_sizes = []
+    for sub in subs:
+        key = id(sub.inst.options)
+        arr = arrays.get(key)
+        if arr is None:
+            arr = arrays[key] = instance_arrays(sub.inst, kinds, types)
+        idx = np.array([o.index for o in sub.options], dtype=np.int64)
+        parts.append((arr, idx))
+        row_opt.extend(sub.options)
+        grp_sizes.append(len(idx))
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(arr, name)[idx] for arr, idx in parts])
+
+    coef = cat("coef")
+    first = cat("first")
+    last = cat("last")
+    g = cat("g")
+    typ = cat("typ")
+    lo, hi = cat("lo"), cat("hi")
+    if not band:
+        lo = np.ones_like(lo)
+        hi = np.full_like(hi, n)
+    # shape ids must be unique across groups: offset them
+    shape = np.concatenate([arr.shape[idx] + gi * SHAPE_STRIDE for gi, (arr, idx) in enumerate(parts)])
+    grp_hi = np.cumsum(grp_sizes)
+    grp_lo = grp_hi - np.array(grp_sizes)
+    row_grp = np.repeat(np.arange(len(subs)), grp_sizes)
+    # layer kinds present decide the least per-layer time of a row
+    present = [kinds.index(k) for k in set(kinds_seq)]
+    tb = coef[:, :, F] + coef[:, :, B]
+    tmin = tb[:, present].min(axis=1)
+    tg_keys, tg = np.unique(typ * (int(g.max()) + 1) + g, return_inverse=True)
+    tg_t, tg_g = np.divmod(tg_keys, int(g.max()) + 1)
+
+    G = len(subs)
+    alpha = np.zeros(G)
+    beta = np.zeros(G)
+    vpp = np.ones(G, dtype=np.int64)
+    ppf = np.zeros(G, dtype=np.int64)
+    kmax = np.zeros(G, dtype=np.int64)
+    capped = np.zeros(G, dtype=bool)
+    first_dp = np.zeros(G, dtype=np.int64)
+    contiguous = np.zeros(G, dtype=bool)
+    uniform = np.zeros(G, dtype=bool)
+    gmax = np.zeros(G, dtype=np.int64)
+    lead = np.zeros(G, dtype=np.int64)
+    total_inv = int(inv.sum())
+    from hapmoe_milp.instance import vpp_lead
+
+    a_lead = vpp_lead(model) or 0
+    for i, sub in enumerate(subs):
+        inst = sub.inst
+        pr = inst.pruning
+        alpha[i], beta[i] = inst.coefficients
+        vpp[i] = inst.vpp
+        ppf[i] = sub.pp
+        rows = slice(grp_lo[i], grp_hi[i])
+        gmax[i] = int(g[rows].max())
+        km = n if pr.max_stages <= 0 else min(n, pr.max_stages)
+        km = min(km, total_inv)
+        kmax[i] = sub.pp if sub.pp else km
+        capped[i] = not sub.pp and pr.max_stages > 0 and pr.max_stages < min(n, total_inv)
+        first_dp[i] = inst.first_dp
+        contiguous[i] = inst.family == "hetero"
+        uniform[i] = pr.uniform_stage_size or (bool(contiguous[i]) and 0 < pr.large_cluster < total_inv)
+        lead[i] = a_lead if inst.vpp > 1 else 0
+    kk = int(kmax.max())
+    infl = np.zeros((G, kk + 1))
+    cache: dict[tuple, np.ndarray] = {}
+    for i, sub in enumerate(subs):
+        key = (id(sub.inst), sub.pp, int(kmax[i]))
+        row = cache.get(key)
+        if row is None:
+            row = np.zeros(kk + 1)
+            for k in range(1, int(kmax[i]) + 1):
+                row[k] = sub.inst.in_flight(k, sub.pp or None)
+            cache[key] = row
+        infl[i] = row
+
+    # bounds per group: least time / device-seconds / bytes per layer over the group's rows
+    kind_ix = np.array([kinds.index(k) for k in kinds_seq], dtype=np.int64)
+    sum_pre = np.zeros((G, n + 1))
+    w_pre = np.zeros((G, n + 1))
+    m_pre = np.zeros((G, n + 1))
+    cap_t = np.zeros((G, len(types)))
+    inv_r = np.zeros((G, len(types)))
+    cap = cat("cap")
+    fb_first = first[:, F] + first[:, B]
+    for i in range(G):
+        rows = slice(grp_lo[i], grp_hi[i])
+        t_k = tb[rows].min(axis=0)  # (K,)
+        w_rows = tb[rows] * g[rows, None]
+        w_k = w_rows.min(axis=0)
+        m_k = (coef[rows, :, W] * g[rows, None]).min(axis=0)
+        e_t = fb_first[rows].min()
+        e_w = (fb_first[rows] * g[rows]).min()
+        sum_pre[i, 1:] = np.cumsum(t_k[kind_ix]) + e_t
+        w_pre[i, 1:] = np.cumsum(w_k[kind_ix]) + e_w
+        m_pre[i, 1:] = np.cumsum(m_k[kind_ix])
+        for t in range(len(types)):
+            sel = typ[rows] == t
+            if not sel.any():
+                continue
+            cap_t[i, t] = cap[rows][sel].max()
+            ratios = [w_rows[sel][:, j].min() / w_k[j] for j in present if w_k[j] > 0]
+            ef = (fb_first[rows][sel] * g[rows][sel]).min()
+            if e_w > 0:
+                ratios.append(ef / e_w)
+            r = min(ratios) if ratios else 1.0
+            inv_r[i, t] = 1.0 / max(1.0, r) if math.isfinite(r) else 0.0
+    batch = Batch(
+        subs=subs,
+        types=types,
+        inv=inv,
+        node=node,
+        kind_count=kc,
+        n_layers=n,
+        row_grp=row_grp,
+        row_opt=row_opt,
+        coef=coef,
+        first=first,
+        last=last,
+        fixed=cat("fixed"),
+        cap=cap,
+        typ=typ,
+        g=g,
+        small=g < node[typ],
+        dp=cat("dp"),
+        level=cat("level"),
+        shape=shape,
+        lo=lo,
+        hi=hi,
+        tmin=tmin,
+        tg=tg.astype(np.int64),
+        tg_t=tg_t.astype(np.int64),
+        tg_g=tg_g.astype(np.int64),
+        grp_lo=grp_lo,
+        grp_hi=grp_hi,
+        alpha=alpha,
+        beta=beta,
+        vpp=vpp,
+        pp=ppf,
+        kmax=kmax,
+        capped=capped,
+        first_dp=first_dp,
+        contiguous=contiguous,
+        uniform=uniform,
+        gmax=gmax,
+        lead=lead,
+        infl=infl,
+        sum_pre=sum_pre,
+        w_pre=w_pre,
+        m_pre=m_pre,
+        cap_t=cap_t,
+        inv_r=inv_r,
+    )
+    batch.p2p = np.full((len(row_opt), len(types), 2), np.nan)
+    return batch
+
+
+def aligned_vec(start: np.ndarray, g: np.ndarray, node: np.ndarray) -> np.ndarray:
+    """Vector form of :func:`hapmoe_milp.instance.aligned`."""
+    inside = (start // node) == ((start + g - 1) // node)
+    return np.where(g <= node, inside, start % node == 0)
+
+
+__all__ = ["Batch", "SubProblem", "aligned", "aligned_vec", "build_batch", "group_lb", "instance_arrays"]
