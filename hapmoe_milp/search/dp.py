@@ -43,7 +43,7 @@ from hapmoe_milp.specs.model import ModelSpec
 log = logging.getLogger(__name__)
 
 # megatron sub-problems per vectorised batch (each is a handful of options)
-MEGATRON_BATCH = 192
+MEGATRON_BATCH = 512
 # pruning rules that can cut the optimum when they fire (the others only remove what cannot win)
 INEXACT_RULES = ("min_recompute", "cross_type_comm", "pareto_eps", "max_stages", "large_cluster")
 
@@ -205,6 +205,8 @@ def solve_dp(
     sources: list[tuple[Family, Iterable[Instance]]] = [(f, _instances(model, cluster, settings, f, pr, cm)) for f in fams]
     if given:
         sources = [("megatron", [i for i in given if i.family == "megatron"]), ("hetero", [i for i in given if i.family == "hetero"])]
+    early = False
+    done_early: set[int] = set()
     for fam, insts in sources:
         for inst in insts:
             if run.out_of_time():
@@ -218,14 +220,27 @@ def solve_dp(
             if fam == "megatron":
                 subs = _megatron_subs(inst, run, total_dev)
                 megatron_all.extend(subs)
-                if not _search_subs(subs, run, band=True, batch_size=MEGATRON_BATCH, deadline=deadline):
-                    stopped = True
-                    break
+                if not early and inst.vpp <= 1 and subs:
+                    # an incumbent right away: the most promising sub-problems of the first instance
+                    early = True
+                    first = subs[:MEGATRON_BATCH]
+                    done_early = {id(x) for x in first}
+                    if not _search_subs(first, run, band=True, batch_size=MEGATRON_BATCH, deadline=deadline):
+                        stopped = True
+                        break
             else:
                 hetero_subs.extend(SubProblem(inst, tuple(o)) for o in groups(inst).values())
-            run.report("dp", run.n_inst, 0)
+            run.report("build", run.n_inst, 0)
         if stopped:
             break
+        if fam == "megatron" and megatron_all:
+            # every megatron sub-problem, cheapest bound first, skipped once the bound reaches the best
+            megatron_all.sort(key=lambda s: s.lb)
+            rest = [x for x in megatron_all if id(x) not in done_early]
+            if not _search_subs(rest, run, band=True, batch_size=MEGATRON_BATCH, deadline=deadline):
+                stopped = True
+                break
+            run.report("dp", 1, 2, force=True)
     if not stopped and hetero_subs:
         # all hetero instances in one vectorised batch: each level extends every instance's states
         if not _search_subs(hetero_subs, run, band=True, batch_size=len(hetero_subs), deadline=deadline):
@@ -243,7 +258,6 @@ def solve_dp(
         refine_deadline = time.perf_counter() + max(1.0, spent)
         if deadline is not None:
             refine_deadline = min(refine_deadline, deadline)
-        megatron_all.sort(key=lambda s: s.lb)
         ok = _search_subs(megatron_all, run, band=False, batch_size=MEGATRON_BATCH, deadline=refine_deadline)
         if ok and hetero_subs:
             ok = _search_subs(hetero_subs, run, band=False, batch_size=len(hetero_subs), deadline=refine_deadline)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hapmoe_milp.instance import Option
-from hapmoe_milp.search.dp_tables import AG, OP, RS, WORK, A, B, Batch, F, W, aligned_vec
+from hapmoe_milp.search.dp_tables import AG, OP, RS, WORK, A, B, Batch, F, W, aligned_vec, capacity_bound
 from hapmoe_milp.space import PruneCounter
 
 # label expansions per chunk (bounds memory when little is pruned, e.g. with every switch off)
@@ -99,6 +99,17 @@ def _ranges(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return owner, np.arange(len(owner)) - start[owner]
 
 
+def _capacity_unique(bd, grp, s, rem, G, N, inv) -> np.ndarray:
+    """:func:`capacity_bound` evaluated once per distinct (group, start, remaining devices)."""
+    T = rem.shape[1]
+    key = _pack([grp, s, *[rem[:, t] for t in range(T)]], [G, N + 1, *[int(inv[t]) + 1 for t in range(T)]])
+    if key is None:
+        return capacity_bound(bd, grp, s, rem)
+    _uk, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    vals = capacity_bound(bd, grp[first], s[first], rem[first])
+    return vals[inverse.ravel()]
+
+
 def _seg_min(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
     out = np.full(n, np.inf)
     np.minimum.at(out, seg, values)
@@ -121,15 +132,36 @@ def pareto_mask(
     if n <= 1:
         return keep, 0
     start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    pos = np.arange(n) - np.repeat(start, np.diff(np.r_[start, n]))
-    idx = np.flatnonzero(pos >= 1)
+    gsize = np.diff(np.r_[start, n])
+    grp = np.repeat(np.arange(len(start)), gsize)
+    pos = np.arange(n) - start[grp]
+    # 1. the earlier label with the least tm (a running arg-min per key, via integer ranks so keys can be
+    #    stacked without losing precision): a label whose tm is below every earlier one is on the front
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.argsort(tm, kind="stable")] = np.arange(n)
+    val = (len(start) - 1 - grp) * (n + 1) + rank  # later keys are smaller: running minima reset per key
+    run = np.minimum.accumulate(val)
+    at = np.maximum.accumulate(np.where(val == run, np.arange(n), -1))
+    prev = np.r_[-1, at[:-1]]  # arg-min over labels before i (same key when pos > 0)
+    has = pos > 0
+    h = np.where(has, prev, 0)
+    dom2 = has & (tm[h] <= tm)  # some earlier label is no worse in (tot, tm)
+    sure = dom2 & (sm[h] <= sm) & (tot[h] <= tot)
+    j1 = np.maximum(np.arange(n) - 1, 0)
+    sure |= has & (tm[j1] <= tm) & (sm[j1] <= sm) & (tot[j1] <= tot)
+    keep[sure] = False
+    # 2. the rest of the (tot, tm)-dominated labels: compare with every earlier label of their key
+    idx = np.flatnonzero(dom2 & ~sure)
     d = 1
     while len(idx):
-        j = idx - d
-        dom = (tm[j] <= tm[idx]) & (sm[j] <= sm[idx]) & (tot[j] <= tot[idx])
-        keep[idx[dom]] = False
-        d += 1
         idx = idx[pos[idx] >= d]
+        if not len(idx):
+            break
+        j = idx - d
+        hit = (tm[j] <= tm[idx]) & (sm[j] <= sm[idx]) & (tot[j] <= tot[idx])
+        keep[idx[hit]] = False
+        idx = idx[~hit]
+        d += 1
     if eps <= 0:
         return keep, 0
     # eps-thinning among the exact front, against kept labels only (a sequential rule: iterate)
@@ -221,7 +253,9 @@ def run_batch(
             break
         # ---- 1. labels that can no longer beat the best plan
         lg = s_grp[l_st]
-        lb = alpha[lg] * (l_tot + batch.sum_pre[lg, s_e[l_st]]) + beta[lg] * l_tmx + l_smx
+        bd_now = batch.bounds(k)  # the layers still to place sit k or more stages from the end
+        t_rest = capacity_bound(bd_now, s_grp, s_e, inv[None, :] - s_used)
+        lb = alpha[lg] * (l_tot + bd_now.sum_pre[lg, s_e[l_st]]) + beta[lg] * np.maximum(l_tmx, t_rest[l_st]) + l_smx
         keep = lb < best.value
         if not keep.all():
             n_bound += int((~keep).sum())
@@ -247,6 +281,7 @@ def run_batch(
         s_mx = np.minimum.reduceat(l_tmx, l_start)
         s_ms = np.minimum.reduceat(l_smx, l_start)
 
+        bd = batch.bounds(k + 1)  # after this stage, the rest sit k + 1 or more from the end
         # ---- 2. candidate stages (option, start) for every (group, end) present
         ge_keys, s_ge = np.unique(s_grp * (N + 1) + s_e, return_inverse=True)
         ge_g, ge_e = np.divmod(ge_keys, N + 1)
@@ -317,7 +352,7 @@ def run_batch(
             vv = batch.vpp[c_g]
             ok &= ~first_on | (vv <= 1) | (-(-(c_e - c_s) // vv) >= lead)
         bound_c = (
-            alpha[c_g] * (lo_tot[c_x] + c_tau + batch.sum_pre[c_g, c_s])
+            alpha[c_g] * (lo_tot[c_x] + c_tau + bd.sum_pre[c_g, c_s])
             + beta[c_g] * np.maximum(c_tau, lo_tmx[c_x])
             + np.maximum(lo_smx[c_x], c_sync)
         )
@@ -406,22 +441,33 @@ def run_batch(
             remf = rem_t[nf]
             snf = p_s[nf]
             okn = remf.sum(axis=1) > 0
-            rem_cap = (remf * batch.cap_t[gnf]).sum(axis=1)
-            memb = batch.m_pre[gnf, snf] > rem_cap
+            rem_cap = (remf * bd.cap_t[gnf]).sum(axis=1)
+            memb = bd.m_pre[gnf, snf] > rem_cap
             n_mem += int((okn & memb).sum())
             okn &= ~memb
             fpp = batch.pp[gnf]
             left = np.where(fpp > 0, fpp - k, batch.kmax[gnf] - k)
-            eff = np.minimum((remf * batch.inv_r[gnf]).sum(axis=1), left * batch.gmax[gnf])
+            # device-seconds per second the rest can absorb: all remaining devices at their best rate,
+            # and no more than `left` stages of at most the largest stage each can take
+            big = (np.minimum(remf, bd.gmax_t[gnf]) * bd.inv_r[gnf]).max(axis=1)
+            eff = np.minimum((remf * bd.inv_r[gnf]).sum(axis=1), left * big)
             okn &= (left > 0) & (eff > 0)
             fixed_g = fpp > 0
             if fixed_g.any():
                 # a fixed-depth (megatron) plan needs room for its remaining stages of this size
                 room = (remf // np.maximum(p_gsz[nf], 1)[:, None]).sum(axis=1)
                 okn &= ~fixed_g | (room >= left)
-            rest_sum[nf] = batch.sum_pre[gnf, snf]
+            wrest = bd.w_pre[gnf, snf]
+            cap_t_rest = _capacity_unique(bd, gnf, snf, remf, G, N, inv)
+            memc = ~np.isfinite(cap_t_rest)
+            n_mem += int((okn & memc).sum())
+            okn &= ~memc
             with np.errstate(divide="ignore", invalid="ignore"):
-                rest_max[nf] = np.where(eff > 0, batch.w_pre[gnf, snf] / np.where(eff > 0, eff, 1.0), 0.0)
+                rest_max[nf] = np.where(eff > 0, wrest / np.where(eff > 0, eff, 1.0), 0.0)
+                rest_max[nf] = np.maximum(rest_max[nf], np.where(memc, 0.0, cap_t_rest))
+                # the stages' times add up to at least the per-layer least times, and to at least the
+                # work over the largest stage the remaining devices can still form
+                rest_sum[nf] = np.maximum(bd.sum_pre[gnf, snf], np.where(big > 0, wrest / np.where(big > 0, big, 1.0), 0.0))
             okp[nf] &= okn
         pb = (
             alpha[p_g] * (s_mt[P_S] + tau + rest_sum)

@@ -8,6 +8,7 @@ a sub-problem needs for the layers still to place), which the DP uses to discard
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -130,12 +131,26 @@ class Batch:
     gmax: np.ndarray
     lead: np.ndarray  # interleaved: layers the first rank's first chunk must hold
     infl: np.ndarray  # (G, Kmax+1) in-flight multiplier of the k-th stage from the end
-    sum_pre: np.ndarray  # (G, N+1) lower bound on sum of stage times of layers [0, s)
-    w_pre: np.ndarray  # (G, N+1) lower bound on device-seconds of layers [0, s)
-    m_pre: np.ndarray  # (G, N+1) lower bound on bytes (summed over devices) of layers [0, s)
-    cap_t: np.ndarray  # (G, T) largest capacity of a type's options
-    inv_r: np.ndarray  # (G, T) 1 / (slowness of the type relative to the fastest option per layer)
+    kind_ix: np.ndarray  # (N,) kind index of every layer
+    present: np.ndarray  # kind indices that occur
     p2p: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (rows, T, 2) filled lazily (nan = unknown)
+    _bounds: dict[int, Bounds] = field(default_factory=dict)
+
+    def bounds(self, pos: int) -> Bounds:
+        """Lower bounds on placing layers ``[0, s)`` on stages that all sit ``pos`` or more from the end.
+
+        Only options that can hold one layer next to their fixed memory at that position's in-flight
+        count take part (in-flight counts only grow towards the first stage), so memory-starved options
+        do not weaken the bounds: per layer, the least stage time (``sum_pre``: the stages' times add up
+        to at least this), the least device-seconds (``w_pre``: the slowest stage takes at least this
+        over the devices that can absorb it) and the least bytes summed over devices (``m_pre``, with the
+        first stage's embedding and one stage's fixed memory). ``inv_r[g, t]``: how much less a device of
+        type ``t`` does per second than the fastest option, at best; ``cap_t``: a type's largest capacity.
+        """
+        hit = self._bounds.get(pos)
+        if hit is None:
+            hit = self._bounds[pos] = _level_bounds(self, pos)
+        return hit
 
     @property
     def n_groups(self) -> int:
@@ -154,6 +169,161 @@ class Batch:
                 self.p2p[r, t, sm] = inst.p2p(o, dst, 1 if sm else int(self.node[t]))
             val = self.p2p[rows, nd, small]
         return val
+
+
+@dataclass(frozen=True)
+class Bounds:
+    sum_pre: np.ndarray  # (G, N+1)
+    w_pre: np.ndarray  # (G, N+1)
+    m_pre: np.ndarray  # (G, N+1)
+    cap_t: np.ndarray  # (G, T)
+    inv_r: np.ndarray  # (G, T)
+    gmax_t: np.ndarray  # (G, T) largest stage of a type
+    line_a: np.ndarray  # (G, T, HULL_LINES) per device of a type: layers at stage time T <= min_j(a T + b)
+    line_b: np.ndarray
+
+
+def _level_bounds(b: Batch, pos: int) -> Bounds:
+    G, T, n = b.n_groups, len(b.types), b.n_layers
+    col = min(pos, b.infl.shape[1] - 1)
+    infl = b.infl[b.row_grp, col]  # (R,) least in-flight count of any remaining stage
+    pk = b.present
+    mem_k = b.coef[:, :, W] + infl[:, None] * b.coef[:, :, A]  # (R, K)
+    usable = (b.cap - b.fixed) >= mem_k[:, pk].min(axis=1)
+    inf = np.inf
+    tb = b.coef[:, :, F] + b.coef[:, :, B]
+    gcol = b.g[:, None].astype(float)
+    t_row = np.where(usable[:, None], tb, inf)
+    w_row = t_row * gcol
+    m_row = np.where(usable[:, None], mem_k * gcol, inf)
+    fe = b.first[:, F] + b.first[:, B]
+    fe_t = np.where(usable, fe, inf)
+    fe_w = fe_t * b.g
+    fe_m = np.where(usable, (b.first[:, W] + infl * b.first[:, A] + b.fixed) * b.g, inf)
+    lo = b.grp_lo
+    t_k = np.minimum.reduceat(t_row, lo, axis=0)  # (G, K)
+    w_k = np.minimum.reduceat(w_row, lo, axis=0)
+    m_k = np.minimum.reduceat(m_row, lo, axis=0)
+    e_t = np.minimum.reduceat(fe_t, lo)
+    e_w = np.minimum.reduceat(fe_w, lo)
+    e_m = np.minimum.reduceat(fe_m, lo)
+    sum_pre = np.zeros((G, n + 1))
+    w_pre = np.zeros((G, n + 1))
+    m_pre = np.zeros((G, n + 1))
+    with np.errstate(invalid="ignore"):
+        sum_pre[:, 1:] = np.cumsum(t_k[:, b.kind_ix], axis=1) + e_t[:, None]
+        w_pre[:, 1:] = np.cumsum(w_k[:, b.kind_ix], axis=1) + e_w[:, None]
+        m_pre[:, 1:] = np.cumsum(m_k[:, b.kind_ix], axis=1) + e_m[:, None]
+    cap_t = np.zeros((G, T))
+    inv_r = np.zeros((G, T))
+    gmax_t = np.zeros((G, T))
+    for t in range(T):
+        sel = usable & (b.typ == t)
+        cap_t[:, t] = np.maximum.reduceat(np.where(sel, b.cap, 0.0), lo)
+        gmax_t[:, t] = np.maximum.reduceat(np.where(sel, b.g, 0), lo)
+        wt = np.minimum.reduceat(np.where(sel[:, None], w_row, inf), lo, axis=0)  # (G, K)
+        et = np.minimum.reduceat(np.where(sel, fe_w, inf), lo)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratios = np.concatenate([wt[:, pk] / w_k[:, pk], (et / e_w)[:, None]], axis=1)
+        ratios = np.where(np.isnan(ratios), inf, ratios)
+        r = np.maximum(ratios.min(axis=1), 1.0)
+        inv_r[:, t] = np.where(np.isfinite(r), 1.0 / r, 0.0)
+    # Per device of a type, the layers it can take when no stage may exceed time T: with option o, a
+    # stage of g_o devices holding n layers needs n * t_o <= T and n * m_o <= cap - fixed_o (m_o: the
+    # least bytes per layer and device at this in-flight count), so n / g_o <= min(T / w_o, L_o). The
+    # best option per T is the upper envelope of these ramps; its concave hull (lines through the points
+    # (w_o * L_o, L_o) from the origin, then flat at the largest L_o) is a concave upper bound, kept as
+    # the lines whose minimum it is.
+    mem_min = mem_k[:, pk].min(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        L = (b.cap - b.fixed) / np.where(mem_min > 0, mem_min, np.nan) / b.g
+    L = np.where(np.isnan(L), 1e18, np.minimum(L, 1e18))
+    w_min = (tb[:, pk] * gcol).min(axis=1)
+    ok = usable & (L > 0) & (w_min > 0)
+    la = np.zeros((G, T, HULL_LINES))
+    lb_ = np.full((G, T, HULL_LINES), NO_LINE)
+    for t in range(T):
+        sel = ok & (b.typ == t)
+        cnt = np.add.reduceat(sel.astype(np.int64), lo)
+        # one option of the type (every megatron group): its ramp is already concave
+        one = np.flatnonzero(cnt == 1)
+        if len(one):
+            r1 = np.flatnonzero(sel)
+            r1 = r1[np.isin(b.row_grp[r1], one)]
+            g1 = b.row_grp[r1]
+            la[g1, t, 0] = 1.0 / w_min[r1]
+            lb_[g1, t, 0] = 0.0
+            la[g1, t, 1] = 0.0
+            lb_[g1, t, 1] = L[r1]
+        for gi in np.flatnonzero(cnt > 1):
+            rows = np.flatnonzero(sel[lo[gi] : b.grp_hi[gi]]) + lo[gi]
+            lines = _hull_lines(w_min[rows] * L[rows], L[rows])
+            la[gi, t, : len(lines)] = [a for a, _ in lines]
+            lb_[gi, t, : len(lines)] = [c for _, c in lines]
+    return Bounds(sum_pre, w_pre, m_pre, cap_t, inv_r, gmax_t, la, lb_)
+
+
+HULL_LINES = 6  # lines kept per concave bound (fewer lines: a looser, still valid bound)
+NO_LINE = 1e300  # intercept of a padding line: never the minimum
+
+
+def _hull_lines(x: np.ndarray, y: np.ndarray) -> list[tuple[float, float]]:
+    """Lines (slope, intercept) whose minimum is the upper concave hull of ``(0, 0)`` and the points, then
+    flat at the largest ``y``; at most HULL_LINES of them (a subset of the lines bounds from above too)."""
+    top = float(y.max())
+    xt = float(x[y >= top].min())
+    pts = sorted({(float(a), float(c)) for a, c in zip(x, y, strict=True) if a <= xt})
+    hull: list[tuple[float, float]] = [(0.0, 0.0)]
+    for p in pts:
+        while len(hull) >= 2:
+            (x1, y1), (x2, y2) = hull[-2], hull[-1]
+            if (x2 - x1) * (p[1] - y1) - (y2 - y1) * (p[0] - x1) >= 0:  # hull[-1] under the chord
+                hull.pop()
+            else:
+                break
+        hull.append(p)
+    lines = []
+    for (x1, y1), (x2, y2) in itertools.pairwise(hull):
+        if x2 > x1:
+            a = (y2 - y1) / (x2 - x1)
+            lines.append((a, y1 - a * x1))
+    if len(lines) > HULL_LINES - 1:
+        keep = np.unique(np.linspace(0, len(lines) - 1, HULL_LINES - 1).round().astype(int))
+        lines = [lines[i] for i in keep]
+    lines.append((0.0, top))
+    return lines
+
+
+def capacity_bound(bd: Bounds, grp: np.ndarray, s: np.ndarray, rem: np.ndarray) -> np.ndarray:
+    """Least possible slowest-stage time for placing ``s`` layers on ``rem`` remaining devices per type
+    (inf when they cannot hold the layers at all).
+
+    Capacity at stage time T is at most ``C(T) = sum_t rem_t * min_j (a_tj T + b_tj)`` (the concave
+    bounds of :class:`Bounds`), a sum of minima, i.e. the minimum over one line per type; so
+    ``C(T) >= s`` needs ``T >= (s - sum b) / sum a`` for every such choice, and the bound is the largest.
+    """
+    n = len(s)
+    out = np.zeros(n)
+    if n == 0:
+        return out
+    remf = rem.astype(float)
+    T = remf.shape[1]
+    nl = bd.line_a.shape[2]
+    A = bd.line_a[grp] * remf[:, :, None]  # (n, T, NL)
+    Bv = np.where(remf[:, :, None] > 0, bd.line_b[grp] * remf[:, :, None], 0.0)
+    need = s.astype(float)
+    best = np.zeros(n)
+    for combo in itertools.product(range(nl), repeat=T):
+        sa = np.zeros(n)
+        sb = np.zeros(n)
+        for t, j in enumerate(combo):
+            sa += A[:, t, j]
+            sb += Bv[:, t, j]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tt = np.where(sa > 0, (need - sb) / np.where(sa > 0, sa, 1.0), np.where(sb < need, np.inf, 0.0))
+        best = np.maximum(best, tt)
+    out[:] = np.where(s > 0, best * (1.0 - 1e-9), 0.0)
+    return out
 
 
 def kind_order(kinds_seq: Sequence[str]) -> tuple[str, ...]:
@@ -284,37 +454,8 @@ def build_batch(subs: list[SubProblem], arrays: dict[int, InstanceArrays], *, ba
             cache[key] = row
         infl[i] = row
 
-    # bounds per group: least time / device-seconds / bytes per layer over the group's rows
     kind_ix = np.array([kinds.index(k) for k in kinds_seq], dtype=np.int64)
-    sum_pre = np.zeros((G, n + 1))
-    w_pre = np.zeros((G, n + 1))
-    m_pre = np.zeros((G, n + 1))
-    cap_t = np.zeros((G, len(types)))
-    inv_r = np.zeros((G, len(types)))
     cap = cat("cap")
-    fb_first = first[:, F] + first[:, B]
-    for i in range(G):
-        rows = slice(grp_lo[i], grp_hi[i])
-        t_k = tb[rows].min(axis=0)  # (K,)
-        w_rows = tb[rows] * g[rows, None]
-        w_k = w_rows.min(axis=0)
-        m_k = (coef[rows, :, W] * g[rows, None]).min(axis=0)
-        e_t = fb_first[rows].min()
-        e_w = (fb_first[rows] * g[rows]).min()
-        sum_pre[i, 1:] = np.cumsum(t_k[kind_ix]) + e_t
-        w_pre[i, 1:] = np.cumsum(w_k[kind_ix]) + e_w
-        m_pre[i, 1:] = np.cumsum(m_k[kind_ix])
-        for t in range(len(types)):
-            sel = typ[rows] == t
-            if not sel.any():
-                continue
-            cap_t[i, t] = cap[rows][sel].max()
-            ratios = [w_rows[sel][:, j].min() / w_k[j] for j in present if w_k[j] > 0]
-            ef = (fb_first[rows][sel] * g[rows][sel]).min()
-            if e_w > 0:
-                ratios.append(ef / e_w)
-            r = min(ratios) if ratios else 1.0
-            inv_r[i, t] = 1.0 / max(1.0, r) if math.isfinite(r) else 0.0
     batch = Batch(
         subs=subs,
         types=types,
@@ -355,11 +496,8 @@ def build_batch(subs: list[SubProblem], arrays: dict[int, InstanceArrays], *, ba
         gmax=gmax,
         lead=lead,
         infl=infl,
-        sum_pre=sum_pre,
-        w_pre=w_pre,
-        m_pre=m_pre,
-        cap_t=cap_t,
-        inv_r=inv_r,
+        kind_ix=kind_ix,
+        present=np.array(present, dtype=np.int64),
     )
     batch.p2p = np.full((len(row_opt), len(types), 2), np.nan)
     return batch
