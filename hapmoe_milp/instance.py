@@ -26,18 +26,42 @@ ATTRS = ("fwd", "bwd", "weights", "act", "rs", "ag", "opt")
 
 @dataclass(frozen=True, eq=False)
 class Option:
+    """One stage option ``(device, TP, CP, DP, EP, ETP, recompute)`` at a micro-batch of ``b`` samples.
+
+    Its coefficients come from the cost model on first use (``per_kind``, ``first``, ``last``, ``fixed``;
+    the cost model memoises them): a large cluster has tens of thousands of options and the DP prices
+    only those its bounds cannot rule out.
+    """
+
     index: int
     device: str
     cfg: ParallelConfig
     recompute: str
     b: int  # samples per replica per micro-batch on this stage
-    per_kind: dict[LayerKind, LayerCost]
-    first: LayerCost
-    last: LayerCost
-    fixed: float
     capacity: float
     band: tuple[int, int]  # allowed layer counts (inclusive) under the layer-band rule
-    layer_kinds: tuple[LayerKind, ...] = ()  # the model's layer sequence (shared, for the prefix sums)
+    layer_kinds: tuple[LayerKind, ...]  # the model's layer sequence (shared, for the prefix sums)
+    cost_model: CostModel = field(repr=False, compare=False)
+
+    def kind_cost(self, kind: LayerKind) -> LayerCost:
+        """One layer of ``kind`` on this option (priced, and memoised, by the cost model)."""
+        return self.cost_model.layer(self.device, self.cfg, self.b, kind, self.recompute)  # type: ignore[arg-type]
+
+    @cached_property
+    def per_kind(self) -> dict[LayerKind, LayerCost]:
+        return {k: self.kind_cost(k) for k in sorted(set(self.layer_kinds))}
+
+    @cached_property
+    def first(self) -> LayerCost:
+        return self.cost_model.first_edge(self.device, self.cfg, self.b)
+
+    @cached_property
+    def last(self) -> LayerCost:
+        return self.cost_model.last_edge(self.device, self.cfg, self.b)
+
+    @cached_property
+    def fixed(self) -> float:
+        return self.cost_model.fixed_memory(self.device, self.cfg, self.b)
 
     @property
     def devices(self) -> int:
@@ -211,12 +235,13 @@ def _assign_bands(
     else:
         w: dict[str, float] = {}
         for o in opts:
-            lc = o.per_kind[main]
+            lc = o.kind_cost(main)
             w[o.device] = min(w.get(o.device, float("inf")), (lc.fwd + lc.bwd) * o.devices)
         speed = sum(m / w[t] for t, m in cluster.inventory.items() if t in w and w[t] > 0)
         shares = {}
         for o in opts:
-            tau = o.per_kind[main].fwd + o.per_kind[main].bwd
+            lc = o.kind_cost(main)
+            tau = lc.fwd + lc.bwd
             shares[id(o)] = n * (1.0 / tau) / speed if tau > 0 and speed > 0 else n
     for o in opts:
         share = shares[id(o)]
@@ -281,26 +306,8 @@ def build_options(
                     continue  # FlagScale's heterogeneous ParallelContext rejects context parallelism
                 b = samples_per_mb // cfg.dp
                 band = (1, n)  # narrowed below when the layer-band rule is on
-                first = cm.first_edge(did, cfg, b)
-                last = cm.last_edge(did, cfg, b)
-                fixed = cm.fixed_memory(did, cfg, b)
                 for r in levels:
-                    opts.append(
-                        Option(
-                            index=-1,
-                            device=did,
-                            cfg=cfg,
-                            recompute=r,
-                            b=b,
-                            per_kind={k: cm.layer(did, cfg, b, k, r) for k in kinds},  # type: ignore[arg-type]
-                            first=first,
-                            last=last,
-                            fixed=fixed,
-                            capacity=cap,
-                            band=band,
-                            layer_kinds=kinds_seq,
-                        )
-                    )
+                    opts.append(Option(-1, did, cfg, r, b, cap, band, kinds_seq, cm))
     if pruning.layer_band and opts:
         by_peak = 0 < pruning.large_cluster < cluster.world_size
         _assign_bands(opts, model, cluster, pruning.delta, counter, by_peak)
@@ -331,14 +338,14 @@ def build_options(
             scored = sorted(
                 grp,
                 key=lambda o: (
-                    o.per_kind[main].fwd + o.per_kind[main].bwd,
-                    o.per_kind[main].weights + o.per_kind[main].act,
+                    o.kind_cost(main).fwd + o.kind_cost(main).bwd,
+                    o.kind_cost(main).weights + o.kind_cost(main).act,
                 ),
             )
             front: list[Option] = []
             best_mem = float("inf")
             for o in scored:
-                mem = o.per_kind[main].weights + o.per_kind[main].act
+                mem = o.kind_cost(main).weights + o.kind_cost(main).act
                 if mem < best_mem:
                     front.append(o)
                     best_mem = mem

@@ -65,7 +65,11 @@ def brute_force(model, cluster, st: Settings, family: str, max_vpp: int = 8) -> 
                         counts = [bounds[i + 1] - bounds[i] for i in range(p)]
                         vpps = [1]
                         if fam == "megatron":
-                            vpps += [v for v in range(2, max_vpp + 1) if interleavable(model, counts, v, inst.num_microbatches)]
+                            vpps += [
+                                v
+                                for v in range(2, max_vpp + 1)
+                                if interleavable(model, counts, v, inst.num_microbatches)
+                            ]
                         for combo in itertools.product(opts, repeat=p):
                             if combo[0].cfg.dp != inst.first_dp:
                                 continue

@@ -11,10 +11,10 @@ recurrence cannot carry; each state keeps the Pareto front of ``(sum, max tau, m
 every pruning switch off this is exact over the instance; a global upper bound (best plan so far) and
 lower bounds on the layers still to place discard labels that cannot win.
 
-Sub-problems are one family group of one instance (megatron: one mesh and recompute level, and for VPP
+A sub-problem is one family group of one instance (megatron: one mesh and recompute level, and for VPP
 one virtual-stage count and depth; hetero: one CP / EP-on setting). Megatron sub-problems are searched
-cheapest-bound first and skipped once their lower bound reaches the best plan; the first batch gives an
-incumbent within milliseconds. The label loop itself is vectorised (:mod:`hapmoe_milp.search.dp_levels`);
+cheapest-bound first and skipped, unpriced, once their bound reaches the best plan; the first batch gives
+an incumbent within milliseconds. The label loop is vectorised (:mod:`hapmoe_milp.search.dp_levels`);
 the pure-Python original is kept in :mod:`hapmoe_milp.search.dp_reference` for tests.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -31,10 +31,10 @@ import numpy as np
 from hapmoe_milp.config import Family, Settings
 from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.errors import InfeasibleError
-from hapmoe_milp.instance import Instance, build_instances, groups
+from hapmoe_milp.instance import Instance, Option, build_instances, groups
 from hapmoe_milp.plan import Plan, Stage
 from hapmoe_milp.search.dp_levels import Best, Chain, run_batch
-from hapmoe_milp.search.dp_tables import F, InstanceArrays, SubProblem, build_batch, instance_arrays, kind_order
+from hapmoe_milp.search.dp_tables import RowCache, SubProblem, build_batch, kind_order
 from hapmoe_milp.search.solution import Progress, ProgressEvent, Solution
 from hapmoe_milp.space import PruneCounter, Pruning
 from hapmoe_milp.specs.cluster import ClusterSpec
@@ -69,15 +69,16 @@ class _Run:
     deadline: float | None
     limit: float | None
     progress: Progress | None
+    cache: RowCache
     best: Best = field(default_factory=Best)
     counter: PruneCounter = field(default_factory=PruneCounter)
-    arrays: dict[int, InstanceArrays] = field(default_factory=dict)
     n_inst: int = 0
     batches: int = 0
     last_report: float = -1.0
 
-    def out_of_time(self) -> bool:
-        return self.deadline is not None and time.perf_counter() > self.deadline
+    def out_of_time(self, deadline: float | None = None) -> bool:
+        d = self.deadline if deadline is None else deadline
+        return d is not None and time.perf_counter() > d
 
     def report(self, phase: str, done: int, total: int, force: bool = False) -> None:
         if self.progress is None:
@@ -89,85 +90,162 @@ class _Run:
         self.progress(ProgressEvent(phase, done, total, self.best.value, now - self.t0, self.limit))
 
 
-def _vpp_subs(inst: Instance, opts: tuple, total: int, pr: Pruning) -> Iterator[SubProblem]:
-    g = opts[0].devices
-    for p in inst.vpp_depths():
-        if p * g > total or (pr.max_stages > 0 and p > pr.max_stages):
-            continue
-        yield SubProblem(inst, opts, pp=p)
+class _MegatronQueue:
+    """Megatron sub-problems as arrays (instance, group, depth, lower bound), made into
+    :class:`SubProblem` s only when searched: with VPP a large cluster has hundreds of thousands.
 
+    A group is one mesh and recompute level with one option per device type. Its bound prices only the
+    model's main layer kind, without recompute (recompute only adds time): the ``n`` main-kind layers take
+    at least ``T = n * t_min`` summed over stages, the slowest of at most ``P`` stages at least ``T / P``,
+    and at least the time ``T*`` at which the cluster's devices can hold and process them at all (each
+    device of type ``t`` takes at most ``min(T / w_t, cap_t / (m_t * g))`` layers, ``w_t`` its
+    device-seconds and ``m_t`` its bytes per layer at the in-flight count of the last stage, the least
+    any stage holds). The bound is ``alpha*T + beta*max(T/P, T*)``.
+    """
 
-def _megatron_subs(inst: Instance, run: _Run, total: int) -> list[SubProblem]:
-    """Sub-problems of one megatron instance with their lower bounds (vectorised over groups)."""
-    pr = inst.pruning
-    grp = list(groups(inst).values())
-    if not grp:
-        return []
-    kinds_seq = inst.model.layer_kinds
-    kinds = kind_order(kinds_seq)
-    types = tuple(inst.cluster.inventory)
-    key = id(inst.options)
-    arr = run.arrays.get(key)
-    if arr is None:
-        arr = run.arrays[key] = instance_arrays(inst, kinds, types)
-    counts = np.array([sum(1 for x in kinds_seq if x == k) for k in kinds], dtype=float)
-    fb = arr.coef[:, :, F] + arr.coef[:, :, 1]  # (n, K) fwd+bwd per kind
-    edges = arr.first[:, F] + arr.first[:, 1] + arr.last[:, F] + arr.last[:, 1]
-    n = len(kinds_seq)
-    a, b = inst.coefficients
-    out: list[SubProblem] = []
-    for opts in grp:
-        idx = np.array([o.index for o in opts])
-        total_t = float((fb[idx].min(axis=0) * counts).sum() + edges[idx].min())
-        g = opts[0].devices
+    def __init__(self, total_devices: int, types: tuple[str, ...], inventory: dict[str, int]) -> None:
+        self.total = total_devices
+        self.types = types
+        self.inv = np.array([inventory[t] for t in types], dtype=float)
+        self.insts: list[Instance] = []
+        self.groups: list[tuple[Option, ...]] = []
+        self.base_groups: dict[int, tuple] = {}  # id(options) -> group arrays
+        self.parts: list[tuple[np.ndarray, ...]] = []
+
+    def _groups_of(self, inst: Instance) -> tuple:
+        key = id(inst.options)
+        hit = self.base_groups.get(key)
+        if hit is not None:
+            return hit
+        by: dict[tuple, list[Option]] = {}
+        for o in inst.options:
+            by.setdefault((o.cfg, o.recompute), []).append(o)
+        kinds = inst.model.layer_kinds
+        main = max(kind_order(kinds), key=kinds.count)
+        n_main = kinds.count(main)
+        cm = inst.cost_model
+        first = len(self.groups)
+        G, T = len(by), len(self.types)
+        tt = np.zeros(G)
+        gg = np.zeros(G, dtype=np.int64)
+        w = np.full((G, T), np.inf)  # device-seconds per main-kind layer, per type
+        wt = np.zeros((G, T))  # weights bytes per layer and device
+        ac = np.zeros((G, T))  # activation bytes per layer, micro-batch and device
+        cap = np.zeros((G, T))
+        tix = {t: i for i, t in enumerate(self.types)}
+        for i, opts in enumerate(by.values()):
+            self.groups.append(tuple(opts))
+            best = math.inf
+            for o in opts:
+                c = cm.layer(o.device, o.cfg, o.b, main, "none")  # type: ignore[arg-type]
+                best = min(best, c.fwd + c.bwd)
+                j = tix[o.device]
+                w[i, j] = (c.fwd + c.bwd) * o.devices
+                wt[i, j], ac[i, j], cap[i, j] = c.weights, c.act, o.capacity
+            tt[i] = n_main * best
+            gg[i] = opts[0].devices
+        hit = self.base_groups[key] = (first, tt, gg, w, wt, ac, cap, n_main)
+        return hit
+
+    def _capacity_time(self, gi: np.ndarray, infl: np.ndarray, base: tuple) -> np.ndarray:
+        """``T*`` of the class docstring for groups ``gi`` at in-flight counts ``infl`` (inf: no room)."""
+        _first, _tt, gg, w, wt, ac, cap, n_main = base
+        m = wt[gi] + infl[:, None] * ac[gi]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lay = np.where(np.isfinite(w[gi]), cap[gi] / m / gg[gi, None], 0.0)  # layers per device
+        lay = np.where(np.isnan(lay), np.inf, lay)
+        rate = np.where(np.isfinite(w[gi]), 1.0 / w[gi], 0.0)  # layers per device-second
+        T = len(self.types)
+        out = np.zeros(len(gi))
+        for mask in range(1 << T):  # capacity = min over one of (rate*T, lay) per type
+            a = np.zeros(len(gi))
+            b = np.zeros(len(gi))
+            for t in range(T):
+                if mask >> t & 1:
+                    a += self.inv[t] * rate[:, t]
+                else:
+                    b += self.inv[t] * np.where(rate[:, t] > 0, lay[:, t], 0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                tt = np.where(a > 0, (n_main - b) / np.where(a > 0, a, 1.0), np.where(b < n_main, np.inf, 0.0))
+            out = np.maximum(out, tt)
+        return out
+
+    def add(self, inst: Instance) -> np.ndarray:
+        """Queue ``inst``'s sub-problems; returns their indices into the queue's arrays, bound-sorted."""
+        base = self._groups_of(inst)
+        first, tt, gg = base[0], base[1], base[2]
+        pr = inst.pruning
+        a, b = inst.coefficients
+        ii = len(self.insts)
+        self.insts.append(inst)
+        n = inst.num_layers
         if inst.vpp <= 1:
-            p_max = min(n, total // g)
+            pmax = np.minimum(n, self.total // gg)
             if pr.max_stages > 0:
-                p_max = min(p_max, pr.max_stages)
-            if p_max < 1:
-                continue
-            out.append(SubProblem(inst, tuple(opts), 0, a * total_t + b * total_t / p_max))
+                pmax = np.minimum(pmax, pr.max_stages)
+            gi = np.flatnonzero(pmax >= 1)
+            pp = np.zeros(len(gi), dtype=np.int64)
+            pdiv = pmax[gi]
+            infl = np.full(len(gi), inst.in_flight(1))
         else:
-            for sub in _vpp_subs(inst, tuple(opts), total, pr):
-                out.append(replace(sub, lb=a * total_t + b * total_t / sub.pp))
-    out.sort(key=lambda s: s.lb)
-    return out
+            depths = np.array(inst.vpp_depths(), dtype=np.int64)
+            if pr.max_stages > 0:
+                depths = depths[depths <= pr.max_stages]
+            g2, p2 = np.meshgrid(np.arange(len(tt)), depths, indexing="ij")
+            g2, p2 = g2.ravel(), p2.ravel()
+            ok = p2 * gg[g2] <= self.total
+            gi, pp = g2[ok], p2[ok]
+            pdiv = pp
+            infl = np.array([inst.in_flight(1, int(p)) for p in depths], dtype=float)
+            infl = infl[np.searchsorted(depths, pp)] if len(pp) else np.zeros(0)
+        t_cap = self._capacity_time(gi, infl, base) if len(gi) else np.zeros(0)
+        lb = a * tt[gi] + b * np.maximum(tt[gi] / np.maximum(pdiv, 1), t_cap)
+        start = sum(len(p[0]) for p in self.parts)
+        self.parts.append((np.full(len(gi), ii, dtype=np.int64), first + gi, pp, lb))
+        idx = np.arange(start, start + len(gi))
+        return idx[np.argsort(lb, kind="stable")]
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return tuple(np.concatenate(c) for c in zip(*self.parts, strict=True))
+
+    def sorted_all(self) -> np.ndarray:
+        return np.argsort(self.arrays()[3], kind="stable")
+
+    def sub(self, i: int, arrs: tuple[np.ndarray, ...]) -> SubProblem:
+        inst_i, grp, pp, lb = arrs
+        return SubProblem(self.insts[int(inst_i[i])], self.groups[int(grp[i])], int(pp[i]), float(lb[i]))
 
 
-def _search_subs(subs: list[SubProblem], run: _Run, *, band: bool, batch_size: int, deadline: float | None) -> bool:
-    """Search sub-problems in order, in batches; skip those whose bound cannot beat the incumbent."""
-    i = 0
-    while i < len(subs):
-        if deadline is not None and time.perf_counter() > deadline:
+def _search_queue(
+    q: _MegatronQueue, idx: np.ndarray, run: _Run, *, band: bool, deadline: float | None, skip: set[int] | None = None
+) -> bool:
+    """Search the queued megatron sub-problems ``idx`` (sorted by bound) in batches until the bound
+    reaches the best plan. False if the deadline stopped it."""
+    arrs = q.arrays()
+    lb = arrs[3]
+    pos = 0
+    while pos < len(idx):
+        if run.out_of_time(deadline):
             return False
+        if lb[idx[pos]] >= run.best.value:
+            run.counter.add("bound", len(idx) - pos)
+            break
         chunk = []
-        while i < len(subs) and len(chunk) < batch_size:
-            if subs[i].lb < run.best.value:
-                chunk.append(subs[i])
-            else:
-                run.counter.add("bound")
-            i += 1
-        if not chunk:
-            continue
-        batch = build_batch(chunk, run.arrays, band=band)
-        run.batches += 1
-        if not run_batch(batch, run.best, run.counter, deadline):
+        while pos < len(idx) and len(chunk) < MEGATRON_BATCH and lb[idx[pos]] < run.best.value:
+            if skip is None or int(idx[pos]) not in skip:
+                chunk.append(q.sub(int(idx[pos]), arrs))
+            pos += 1
+        if chunk and not _run(chunk, run, band=band, deadline=deadline):
             return False
     return True
 
 
-def _instances(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    settings: Settings,
-    fam: Family,
-    pr: Pruning,
-    cm: CostModel,
-) -> Iterator[Instance]:
-    """The family's instances, largest micro-batch step first (fewest micro-batches, usually fastest)."""
-    built = list(build_instances(model, cluster, settings, fam, pr, cm, max_vpp=pr.max_vpp if fam == "megatron" else 1))
-    built.sort(key=lambda i: (-i.samples_per_mb, i.vpp))
-    yield from built
+def _run(subs: list[SubProblem], run: _Run, *, band: bool, deadline: float | None) -> bool:
+    batch = build_batch(subs, run.cache, band=band)
+    run.batches += 1
+    ok = run_batch(batch, run.best, run.counter, deadline)
+    run.report("dp", run.batches, 0)
+    return ok
 
 
 def solve_dp(
@@ -191,62 +269,59 @@ def solve_dp(
     t0 = time.perf_counter()
     deadline = t0 + time_limit if time_limit else None
     pr = pruning or Pruning()
-    run = _Run(t0, deadline, time_limit, progress)
-    complete = True
+    kinds = kind_order(model.layer_kinds)
+    run = _Run(t0, deadline, time_limit, progress, RowCache(kinds, tuple(cluster.inventory)))
     total_dev = sum(cluster.inventory.values())
     cm = CostModel(model, cluster, settings)
-    fams = families(family) if instances is None else []
-    given = list(instances) if instances is not None else []
-    searched: list[Instance] = []
+    queue = _MegatronQueue(total_dev, tuple(cluster.inventory), cluster.inventory)
     hetero_subs: list[SubProblem] = []
-    megatron_all: list[SubProblem] = []
     stopped = False
-    # megatron first: its plans bound the hetero search (and its first batch is an incumbent in ms)
-    sources: list[tuple[Family, Iterable[Instance]]] = [(f, _instances(model, cluster, settings, f, pr, cm)) for f in fams]
-    if given:
-        sources = [("megatron", [i for i in given if i.family == "megatron"]), ("hetero", [i for i in given if i.family == "hetero"])]
-    early = False
-    done_early: set[int] = set()
-    for fam, insts in sources:
-        for inst in insts:
-            if run.out_of_time():
+    early: set[int] = set()
+
+    def take(inst: Instance) -> bool:
+        """Queue one instance's sub-problems; the first megatron one is searched at once (an incumbent
+        within milliseconds). False if the clock ran out."""
+        run.n_inst += 1
+        if inst.vpp <= 1:
+            for rule, n in inst.counter.counts.items():
+                run.counter.add(rule, n)
+        if inst.family == "megatron":
+            idx = queue.add(inst)
+            if not early and len(idx):
+                first = idx[:MEGATRON_BATCH]
+                early.update(int(i) for i in first)
+                return _search_queue(queue, first, run, band=True, deadline=deadline)
+        else:
+            hetero_subs.extend(SubProblem(inst, tuple(o)) for o in groups(inst).values())
+        run.report("build", run.n_inst, 0)
+        return True
+
+    if instances is not None:
+        given = sorted(instances, key=lambda i: (i.family != "megatron", -i.samples_per_mb, i.vpp))
+        for inst in given:
+            if run.out_of_time() or not take(inst):
                 stopped = True
                 break
-            run.n_inst += 1
-            searched.append(inst)
-            if inst.vpp <= 1:
-                for rule, n in inst.counter.counts.items():
-                    run.counter.add(rule, n)
-            if fam == "megatron":
-                subs = _megatron_subs(inst, run, total_dev)
-                megatron_all.extend(subs)
-                if not early and inst.vpp <= 1 and subs:
-                    # an incumbent right away: the most promising sub-problems of the first instance
-                    early = True
-                    first = subs[:MEGATRON_BATCH]
-                    done_early = {id(x) for x in first}
-                    if not _search_subs(first, run, band=True, batch_size=MEGATRON_BATCH, deadline=deadline):
-                        stopped = True
-                        break
-            else:
-                hetero_subs.extend(SubProblem(inst, tuple(o)) for o in groups(inst).values())
-            run.report("build", run.n_inst, 0)
-        if stopped:
-            break
-        if fam == "megatron" and megatron_all:
-            # every megatron sub-problem, cheapest bound first, skipped once the bound reaches the best
-            megatron_all.sort(key=lambda s: s.lb)
-            rest = [x for x in megatron_all if id(x) not in done_early]
-            if not _search_subs(rest, run, band=True, batch_size=MEGATRON_BATCH, deadline=deadline):
-                stopped = True
+    else:
+        for fam in families(family):
+            mv = pr.max_vpp if fam == "megatron" else 1
+            # largest micro-batch step first: fewest micro-batches, usually the fastest plans
+            steps = list(build_instances(model, cluster, settings, fam, pr, cm, max_vpp=mv))
+            steps.sort(key=lambda i: (-i.samples_per_mb, i.vpp))
+            for inst in steps:
+                if run.out_of_time() or not take(inst):
+                    stopped = True
+                    break
+            if stopped:
                 break
-            run.report("dp", 1, 2, force=True)
+    # every megatron sub-problem, cheapest bound first, until the bound reaches the best plan; then all
+    # hetero instances in one vectorised batch (each level extends every instance's states)
+    if not stopped and queue.parts:
+        stopped = not _search_queue(queue, queue.sorted_all(), run, band=True, deadline=deadline, skip=early)
     if not stopped and hetero_subs:
-        # all hetero instances in one vectorised batch: each level extends every instance's states
-        if not _search_subs(hetero_subs, run, band=True, batch_size=len(hetero_subs), deadline=deadline):
-            stopped = True
+        stopped = not _run(hetero_subs, run, band=True, deadline=deadline)
     complete = not stopped
-    run.report("dp", run.n_inst, run.n_inst, force=True)
+    run.report("dp", run.batches, run.batches, force=True)
 
     refined = False
     small = not (0 < pr.large_cluster < cluster.world_size)
@@ -258,16 +333,21 @@ def solve_dp(
         refine_deadline = time.perf_counter() + max(1.0, spent)
         if deadline is not None:
             refine_deadline = min(refine_deadline, deadline)
-        ok = _search_subs(megatron_all, run, band=False, batch_size=MEGATRON_BATCH, deadline=refine_deadline)
+        ok = True
+        if queue.parts:
+            ok = _search_queue(queue, queue.sorted_all(), run, band=False, deadline=refine_deadline)
         if ok and hetero_subs:
-            ok = _search_subs(hetero_subs, run, band=False, batch_size=len(hetero_subs), deadline=refine_deadline)
+            ok = _run(hetero_subs, run, band=False, deadline=refine_deadline)
         refined = ok
         if not ok:
             run.counter.add("refine_timeout")
         run.report("refine", 1, 1, force=True)
-    wall = time.perf_counter() - t0
+    return _solution(name, run, pr, complete, refined, time.perf_counter() - t0)
+
+
+def _solution(name: str, run: _Run, pr: Pruning, complete: bool, refined: bool, wall: float) -> Solution:
     counts = run.counter.counts
-    exact_space = pr == Pruning.off() or (
+    exact_space = pr == replace(Pruning.off(), max_vpp=pr.max_vpp) or (
         not pr.layer_band
         and not pr.min_recompute
         and not pr.cross_type_comm
@@ -302,8 +382,11 @@ def solve_dp(
         runner = plan_from_chain(best.second_chain, best.second_sub.inst)  # type: ignore[attr-defined]
     if not complete:
         status = "timeout"
+        stats["stopped_by"] = "time"
     else:
         status = "optimal" if not cut_by else "feasible"
+        if cut_by:
+            stats["stopped_by"] = "pruning"
     bound = best.value if status == "optimal" else float("nan")
     if math.isfinite(bound):
         stats["proof"] = "optimal over the DP's space"

@@ -116,9 +116,7 @@ def _seg_min(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def pareto_mask(
-    key: np.ndarray, tot: np.ndarray, tm: np.ndarray, sm: np.ndarray, eps: float
-) -> tuple[np.ndarray, int]:
+def pareto_mask(key: np.ndarray, tot: np.ndarray, tm: np.ndarray, sm: np.ndarray, eps: float) -> tuple[np.ndarray, int]:
     """Keep-mask of labels not dominated in (tot, tm, sm) within their key; inputs sorted by (key, tot, tm, sm).
 
     A label is dominated when an earlier label of the same key is no worse in all three (dominance is
@@ -467,7 +465,9 @@ def run_batch(
                 rest_max[nf] = np.maximum(rest_max[nf], np.where(memc, 0.0, cap_t_rest))
                 # the stages' times add up to at least the per-layer least times, and to at least the
                 # work over the largest stage the remaining devices can still form
-                rest_sum[nf] = np.maximum(bd.sum_pre[gnf, snf], np.where(big > 0, wrest / np.where(big > 0, big, 1.0), 0.0))
+                rest_sum[nf] = np.maximum(
+                    bd.sum_pre[gnf, snf], np.where(big > 0, wrest / np.where(big > 0, big, 1.0), 0.0)
+                )
             okp[nf] &= okn
         pb = (
             alpha[p_g] * (s_mt[P_S] + tau + rest_sum)

@@ -9,13 +9,12 @@ a sub-problem needs for the layers still to place), which the DP uses to discard
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from hapmoe_milp.instance import ATTRS, Instance, Option, aligned
+from hapmoe_milp.instance import ATTRS, Instance, Option, aligned, vpp_lead
 
 # columns of the per-kind coefficient block (ATTRS order) and of the edge block (ATTRS + work)
 F, B, W, A, RS, AG, OP, WORK = range(8)
@@ -29,8 +28,8 @@ class SubProblem:
     """The scope of one DP run: an instance, the options that may share a plan (one family group, see
     :func:`hapmoe_milp.instance.group_key`), and for an interleaved instance the fixed pipeline depth.
 
-    ``lb`` is a lower bound on the iteration time of any plan of the sub-problem (see :func:`group_lb`),
-    used to order sub-problems and to skip those that cannot beat the best plan found.
+    ``lb`` is a lower bound on the iteration time of any plan of the sub-problem, used to order
+    sub-problems and to skip those that cannot beat the best plan found.
     """
 
     inst: Instance
@@ -39,51 +38,31 @@ class SubProblem:
     lb: float = 0.0
 
 
-@dataclass
-class InstanceArrays:
-    """Per-option coefficient arrays of one instance's option list (shared by its interleaved copies)."""
+class RowCache:
+    """Coefficient rows of options, extracted once per option (pricing it on first use)."""
 
-    coef: np.ndarray  # (n, K, N_ATTR) per layer kind
-    first: np.ndarray  # (n, N_ATTR + 1) embedding edge incl. work
-    last: np.ndarray  # (n, N_ATTR + 1) head edge incl. work
-    fixed: np.ndarray
-    cap: np.ndarray
-    typ: np.ndarray
-    g: np.ndarray
-    dp: np.ndarray
-    level: np.ndarray
-    shape: np.ndarray  # same id for options that differ only in recompute level
-    lo: np.ndarray
-    hi: np.ndarray
-    tp_cp: np.ndarray
+    def __init__(self, kinds: Sequence[str], types: Sequence[str]) -> None:
+        self.kinds = tuple(kinds)
+        self.tidx = {t: i for i, t in enumerate(types)}
+        self.rows: dict[int, tuple[Option, np.ndarray]] = {}
+        self.shapes: dict[tuple, int] = {}
 
-
-def instance_arrays(inst: Instance, kinds: Sequence[str], types: Sequence[str]) -> InstanceArrays:
-    opts = inst.options
-    n, k = len(opts), len(kinds)
-    coef = np.zeros((n, k, N_ATTR))
-    first = np.zeros((n, N_ATTR + 1))
-    last = np.zeros((n, N_ATTR + 1))
-    tidx = {t: i for i, t in enumerate(types)}
-    shapes: dict[tuple, int] = {}
-    ints = np.zeros((6, n), dtype=np.int64)
-    fixed = np.zeros(n)
-    cap = np.zeros(n)
-    for i, o in enumerate(opts):
-        for j, kind in enumerate(kinds):
+    def row(self, o: Option) -> np.ndarray:
+        hit = self.rows.get(id(o))
+        if hit is not None:
+            return hit[1]
+        vals = []
+        for kind in self.kinds:
             c = o.per_kind[kind]  # type: ignore[index]
-            coef[i, j] = (c.fwd, c.bwd, c.weights, c.act, c.rs, c.ag, c.opt)
-        e = o.first
-        first[i] = (e.fwd, e.bwd, e.weights, e.act, e.rs, e.ag, e.opt, e.work)
-        e = o.last
-        last[i] = (e.fwd, e.bwd, e.weights, e.act, e.rs, e.ag, e.opt, e.work)
-        fixed[i] = o.fixed
-        cap[i] = o.capacity
-        sid = shapes.setdefault((o.device, o.cfg), len(shapes))
-        ints[:, i] = (tidx[o.device], o.devices, o.cfg.dp, LEVEL[o.recompute], sid, o.cfg.tp * o.cfg.cp)
-    lo = np.array([o.band[0] for o in opts], dtype=np.int64)
-    hi = np.array([o.band[1] for o in opts], dtype=np.int64)
-    return InstanceArrays(coef, first, last, fixed, cap, ints[0], ints[1], ints[2], ints[3], ints[4], lo, hi, ints[5])
+            vals += (c.fwd, c.bwd, c.weights, c.act, c.rs, c.ag, c.opt)
+        for e in (o.first, o.last):
+            vals += (e.fwd, e.bwd, e.weights, e.act, e.rs, e.ag, e.opt, e.work)
+        sid = self.shapes.setdefault((o.device, o.cfg, o.b), len(self.shapes))
+        vals += (o.fixed, o.capacity, self.tidx[o.device], o.devices, o.cfg.dp, LEVEL[o.recompute], sid)
+        vals += (o.band[0], o.band[1])
+        r = np.array(vals, dtype=float)
+        self.rows[id(o)] = (o, r)  # the option is kept alive so its id stays unique
+        return r
 
 
 @dataclass
@@ -330,35 +309,11 @@ def kind_order(kinds_seq: Sequence[str]) -> tuple[str, ...]:
     return tuple(sorted(set(kinds_seq)))
 
 
-def group_lb(sub: SubProblem, arrays: InstanceArrays, rows: np.ndarray, kinds_seq: Sequence[str]) -> float:
-    """A lower bound on the iteration time of any plan of ``sub``: the stages' times sum to at least the
-    per-layer least time over its options (plus both edges), and the slowest stage takes at least that sum
-    divided by the most stages the sub-problem allows."""
-    inst = sub.inst
-    kinds = kind_order(kinds_seq)
-    kidx = {k: i for i, k in enumerate(kinds)}
-    tb = arrays.coef[rows][:, :, F] + arrays.coef[rows][:, :, B]  # (r, K)
-    per_kind = tb.min(axis=0)
-    total = sum(per_kind[kidx[k]] for k in kinds_seq)
-    total += (arrays.first[rows, F] + arrays.first[rows, B]).min() + (arrays.last[rows, F] + arrays.last[rows, B]).min()
-    n = len(kinds_seq)
-    pr = inst.pruning
-    if sub.pp:
-        p_max = sub.pp
-    else:
-        gmin = int(arrays.g[rows].min())
-        p_max = min(n, sum(inst.inventory.values()) // max(1, gmin))
-        if pr.max_stages > 0:
-            p_max = min(p_max, pr.max_stages)
-    a, b = inst.coefficients
-    return a * total + b * total / max(1, p_max)
+def build_batch(subs: list[SubProblem], cache: RowCache, *, band: bool = True) -> Batch:
+    """Stack the options of ``subs`` (each sub-problem is one group of rows) into arrays.
 
-
-def build_batch(subs: list[SubProblem], arrays: dict[int, InstanceArrays], *, band: bool = True) -> Batch:
-    """Stack the options of ``subs`` (each sub-problem is one group of rows) and derive its bounds.
-
-    ``arrays`` caches :func:`instance_arrays` by ``id(inst.options)``. With ``band=False`` every option
-    may hold any number of layers (the refinement pass).
+    ``cache`` keeps each option's row (its coefficients, priced on first use). With ``band=False`` every
+    option may hold any number of layers (the refinement pass).
     """
     inst0 = subs[0].inst
     model, cluster = inst0.model, inst0.cluster
@@ -366,39 +321,32 @@ def build_batch(subs: list[SubProblem], arrays: dict[int, InstanceArrays], *, ba
     kinds = kind_order(kinds_seq)
     types = tuple(cluster.inventory)
     n = len(kinds_seq)
-    kc = np.zeros((len(kinds), n + 1), dtype=np.int64)
+    K = len(kinds)
+    kc = np.zeros((K, n + 1), dtype=np.int64)
     for j, k in enumerate(kinds):
         kc[j, 1:] = np.cumsum([1 if x == k else 0 for x in kinds_seq])
     inv = np.array([cluster.inventory[t] for t in types], dtype=np.int64)
     node = np.array([cluster.node_size(t) for t in types], dtype=np.int64)
 
-    parts: list[tuple[InstanceArrays, np.ndarray]] = []
     row_opt: list[Option] = []
     grp_sizes = []
     for sub in subs:
-        key = id(sub.inst.options)
-        arr = arrays.get(key)
-        if arr is None:
-            arr = arrays[key] = instance_arrays(sub.inst, kinds, types)
-        idx = np.array([o.index for o in sub.options], dtype=np.int64)
-        parts.append((arr, idx))
         row_opt.extend(sub.options)
-        grp_sizes.append(len(idx))
-
-    def cat(name: str) -> np.ndarray:
-        return np.concatenate([getattr(arr, name)[idx] for arr, idx in parts])
-
-    coef = cat("coef")
-    first = cat("first")
-    last = cat("last")
-    g = cat("g")
-    typ = cat("typ")
-    lo, hi = cat("lo"), cat("hi")
+        grp_sizes.append(len(sub.options))
+    mat = np.stack([cache.row(o) for o in row_opt])
+    c0 = K * N_ATTR
+    coef = mat[:, :c0].reshape(len(row_opt), K, N_ATTR)
+    first = mat[:, c0 : c0 + N_ATTR + 1]
+    last = mat[:, c0 + N_ATTR + 1 : c0 + 2 * (N_ATTR + 1)]
+    rest = mat[:, c0 + 2 * (N_ATTR + 1) :]
+    fixed, cap = rest[:, 0], rest[:, 1]
+    typ, g, dp, level, shape0, lo, hi = (rest[:, i].astype(np.int64) for i in range(2, 9))
     if not band:
         lo = np.ones_like(lo)
         hi = np.full_like(hi, n)
+    row_grp0 = np.repeat(np.arange(len(subs)), grp_sizes)
     # shape ids must be unique across groups: offset them
-    shape = np.concatenate([arr.shape[idx] + gi * SHAPE_STRIDE for gi, (arr, idx) in enumerate(parts)])
+    shape = shape0 + row_grp0 * SHAPE_STRIDE
     grp_hi = np.cumsum(grp_sizes)
     grp_lo = grp_hi - np.array(grp_sizes)
     row_grp = np.repeat(np.arange(len(subs)), grp_sizes)
@@ -422,8 +370,6 @@ def build_batch(subs: list[SubProblem], arrays: dict[int, InstanceArrays], *, ba
     gmax = np.zeros(G, dtype=np.int64)
     lead = np.zeros(G, dtype=np.int64)
     total_inv = int(inv.sum())
-    from hapmoe_milp.instance import vpp_lead
-
     a_lead = vpp_lead(model) or 0
     for i, sub in enumerate(subs):
         inst = sub.inst
@@ -455,7 +401,6 @@ def build_batch(subs: list[SubProblem], arrays: dict[int, InstanceArrays], *, ba
         infl[i] = row
 
     kind_ix = np.array([kinds.index(k) for k in kinds_seq], dtype=np.int64)
-    cap = cat("cap")
     batch = Batch(
         subs=subs,
         types=types,
@@ -468,13 +413,13 @@ def build_batch(subs: list[SubProblem], arrays: dict[int, InstanceArrays], *, ba
         coef=coef,
         first=first,
         last=last,
-        fixed=cat("fixed"),
+        fixed=fixed,
         cap=cap,
         typ=typ,
         g=g,
         small=g < node[typ],
-        dp=cat("dp"),
-        level=cat("level"),
+        dp=dp,
+        level=level,
         shape=shape,
         lo=lo,
         hi=hi,
@@ -509,4 +454,4 @@ def aligned_vec(start: np.ndarray, g: np.ndarray, node: np.ndarray) -> np.ndarra
     return np.where(g <= node, inside, start % node == 0)
 
 
-__all__ = ["Batch", "SubProblem", "aligned", "aligned_vec", "build_batch", "group_lb", "instance_arrays"]
+__all__ = ["Batch", "RowCache", "SubProblem", "aligned", "aligned_vec", "build_batch", "capacity_bound"]
