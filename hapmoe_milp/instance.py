@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+import numpy as np
+
 from hapmoe_milp.config import RECOMPUTE_LEVELS, Family, ParallelConfig, Settings
 from hapmoe_milp.cost.model import CostModel, LayerCost
 from hapmoe_milp.cost.pipeline import in_flight, pipeline_coefficients
@@ -268,6 +270,25 @@ def _dominated(a: Option, b: Option, kinds: list[LayerKind]) -> bool:
     return a.cfg.tp * a.cfg.cp <= b.cfg.tp * b.cfg.cp
 
 
+def _dominated_in(grp: list[Option], kinds: list[LayerKind]) -> np.ndarray:
+    """Which options of ``grp`` another one can replace (:func:`_dominated`, all pairs at once); of
+    options equal in every coefficient the first is kept."""
+    vec = np.array(
+        [
+            [getattr(o.per_kind[k], a) for k in kinds for a in ATTRS]
+            + [getattr(e, a) for e in (o.first, o.last) for a in (*ATTRS, "work")]
+            + [o.fixed]
+            for o in grp
+        ]
+    )
+    tpcp = np.array([o.cfg.tp * o.cfg.cp for o in grp])
+    # dom[i, j]: option i is no better than option j in every coefficient (j can replace i)
+    dom = (vec[:, None, :] >= vec[None, :, :]).all(axis=2) & (tpcp[:, None] <= tpcp[None, :])
+    n = len(grp)
+    later = np.arange(n)[None, :] > np.arange(n)[:, None]
+    return (dom & ~np.eye(n, dtype=bool) & ~(dom.T & later)).any(axis=1)
+
+
 def build_options(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -317,14 +338,9 @@ def build_options(
         for o in opts:
             groups.setdefault((o.device, o.devices, o.cfg.cp, o.cfg.ep > 1, o.cfg.dp, o.recompute), []).append(o)
         for grp in groups.values():
-            for i, o in enumerate(grp):
-                if any(
-                    j != i and _dominated(o, p, kinds) and not (_dominated(p, o, kinds) and j > i)
-                    for j, p in enumerate(grp)
-                ):
-                    counter.add("dominance")
-                else:
-                    keep.append(o)
+            dropped = _dominated_in(grp, kinds)
+            counter.add("dominance", int(dropped.sum()))
+            keep.extend(o for o, d in zip(grp, dropped, strict=True) if not d)
         opts = keep
     if large and pruning.large_cluster_top_k > 0:
         # per (device, size, CP, EP on/off, DP, recompute): the options on the (time, memory) front of

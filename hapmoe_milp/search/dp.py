@@ -43,7 +43,9 @@ from hapmoe_milp.specs.model import ModelSpec
 log = logging.getLogger(__name__)
 
 # megatron sub-problems per vectorised batch (each is a handful of options)
-MEGATRON_BATCH = 512
+MEGATRON_BATCH = 256
+# sub-problems of each megatron instance searched at once while there is no plan yet
+EARLY = 64
 # pruning rules that can cut the optimum when they fire (the others only remove what cannot win)
 INEXACT_RULES = ("min_recompute", "cross_type_comm", "pareto_eps", "max_stages", "large_cluster")
 
@@ -132,6 +134,7 @@ class _MegatronQueue:
         wt = np.zeros((G, T))  # weights bytes per layer and device
         ac = np.zeros((G, T))  # activation bytes per layer, micro-batch and device
         cap = np.zeros((G, T))
+        work = np.zeros((G, T))
         tix = {t: i for i, t in enumerate(self.types)}
         for i, opts in enumerate(by.values()):
             self.groups.append(tuple(opts))
@@ -141,15 +144,16 @@ class _MegatronQueue:
                 best = min(best, c.fwd + c.bwd)
                 j = tix[o.device]
                 w[i, j] = (c.fwd + c.bwd) * o.devices
-                wt[i, j], ac[i, j], cap[i, j] = c.weights, c.act, o.capacity
+                wt[i, j], ac[i, j], cap[i, j], work[i, j] = c.weights, c.act, o.capacity, c.work
             tt[i] = n_main * best
             gg[i] = opts[0].devices
-        hit = self.base_groups[key] = (first, tt, gg, w, wt, ac, cap, n_main)
+        hit = self.base_groups[key] = (first, tt, gg, w, wt, ac, cap, n_main, work)
         return hit
 
     def _capacity_time(self, gi: np.ndarray, infl: np.ndarray, base: tuple) -> np.ndarray:
         """``T*`` of the class docstring for groups ``gi`` at in-flight counts ``infl`` (inf: no room)."""
-        _first, _tt, gg, w, wt, ac, cap, n_main = base
+        _first, _tt, gg, w, wt, ac, cap, n_main = base[:8]
+        cap = cap - base[8]
         m = wt[gi] + infl[:, None] * ac[gi]
         with np.errstate(divide="ignore", invalid="ignore"):
             lay = np.where(np.isfinite(w[gi]), cap[gi] / m / gg[gi, None], 0.0)  # layers per device
@@ -168,6 +172,26 @@ class _MegatronQueue:
             with np.errstate(divide="ignore", invalid="ignore"):
                 tt = np.where(a > 0, (n_main - b) / np.where(a > 0, a, 1.0), np.where(b < n_main, np.inf, 0.0))
             out = np.maximum(out, tt)
+        return out
+
+    def _fits(self, inst: Instance, gi: np.ndarray, pdiv: np.ndarray, pp: np.ndarray, base: tuple) -> np.ndarray:
+        """Whether the main-kind layers can fit at all: the k-th stage from the end holds at most
+        ``cap / (w + in_flight(k) * a)`` of them on its best device type (fixed memory ignored), and a
+        deeper pipeline only adds stages, so the deepest allowed one holds the most."""
+        _first, _tt, _gg, w, wt, ac, cap, n_main = base[:8]
+        cap = cap - base[8]  # less the main kind's working set (part of every stage's fixed memory)
+        out = np.ones(len(gi), dtype=bool)
+        for p in np.unique(pdiv):
+            sel = np.flatnonzero(pdiv == p)
+            fixed_p = int(pp[sel[0]]) if len(sel) else 0
+            total = np.zeros(len(sel))
+            for k in range(1, int(p) + 1):
+                infl = inst.in_flight(k, fixed_p or None) if inst.vpp > 1 else inst.in_flight(k)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    per = cap[gi[sel]] / (wt[gi[sel]] + infl * ac[gi[sel]])
+                per = np.where(np.isfinite(w[gi[sel]]), np.nan_to_num(per, nan=np.inf), 0.0)
+                total += per.max(axis=1)
+            out[sel] = total >= n_main
         return out
 
     def add(self, inst: Instance) -> np.ndarray:
@@ -200,6 +224,7 @@ class _MegatronQueue:
             infl = infl[np.searchsorted(depths, pp)] if len(pp) else np.zeros(0)
         t_cap = self._capacity_time(gi, infl, base) if len(gi) else np.zeros(0)
         lb = a * tt[gi] + b * np.maximum(tt[gi] / np.maximum(pdiv, 1), t_cap)
+        lb[~self._fits(inst, gi, pdiv, pp, base)] = np.inf
         start = sum(len(p[0]) for p in self.parts)
         self.parts.append((np.full(len(gi), ii, dtype=np.int64), first + gi, pp, lb))
         idx = np.arange(start, start + len(gi))
@@ -224,6 +249,7 @@ def _search_queue(
     arrs = q.arrays()
     lb = arrs[3]
     pos = 0
+    size = 32  # small batches first: the incumbent (and with it the bound) improves between them
     while pos < len(idx):
         if run.out_of_time(deadline):
             return False
@@ -231,7 +257,8 @@ def _search_queue(
             run.counter.add("bound", len(idx) - pos)
             break
         chunk = []
-        while pos < len(idx) and len(chunk) < MEGATRON_BATCH and lb[idx[pos]] < run.best.value:
+        size = min(2 * size, MEGATRON_BATCH)
+        while pos < len(idx) and len(chunk) < size and lb[idx[pos]] < run.best.value:
             if skip is None or int(idx[pos]) not in skip:
                 chunk.append(q.sub(int(idx[pos]), arrs))
             pos += 1
@@ -241,7 +268,9 @@ def _search_queue(
 
 
 def _run(subs: list[SubProblem], run: _Run, *, band: bool, deadline: float | None) -> bool:
-    batch = build_batch(subs, run.cache, band=band)
+    batch = build_batch(subs, run.cache, band=band, deadline=deadline)
+    if batch is None:
+        return False
     run.batches += 1
     ok = run_batch(batch, run.best, run.counter, deadline)
     run.report("dp", run.batches, 0)
@@ -279,47 +308,76 @@ def solve_dp(
     early: set[int] = set()
 
     def take(inst: Instance) -> bool:
-        """Queue one instance's sub-problems; the first megatron one is searched at once (an incumbent
-        within milliseconds). False if the clock ran out."""
+        """Queue one instance's sub-problems. Until there is an incumbent, the most promising few of each
+        megatron instance are searched at once (a plan within milliseconds, as soon as one fits).
+        False if the clock ran out."""
         run.n_inst += 1
         if inst.vpp <= 1:
             for rule, n in inst.counter.counts.items():
                 run.counter.add(rule, n)
         if inst.family == "megatron":
             idx = queue.add(inst)
-            if not early and len(idx):
-                first = idx[:MEGATRON_BATCH]
-                early.update(int(i) for i in first)
-                return _search_queue(queue, first, run, band=True, deadline=deadline)
+            if pending and pending[0][0] != inst.samples_per_mb and not flush():
+                return False
+            pending.append((inst.samples_per_mb, idx))
         else:
             hetero_subs.extend(SubProblem(inst, tuple(o)) for o in groups(inst).values())
         run.report("build", run.n_inst, 0)
         return True
 
+    pending: list[tuple[int, np.ndarray]] = []
+
+    def flush() -> bool:
+        """While there is no plan yet, search the most promising few sub-problems of the micro-batch step
+        just queued (its plain and interleaved instances together)."""
+        idx = np.concatenate([i for _, i in pending]) if pending else np.zeros(0, dtype=np.int64)
+        pending.clear()
+        if run.best.chain is not None or not len(idx):
+            return True
+        lb = queue.arrays()[3]
+        first = idx[np.argsort(lb[idx], kind="stable")[:EARLY]]
+        first = first[np.isfinite(lb[first])]
+        early.update(int(i) for i in first)
+        return _search_queue(queue, first, run, band=True, deadline=deadline)
+
+    def family_instances(fam: Family) -> list[Instance] | None:
+        """The family's instances, largest micro-batch step first (fewest micro-batches, usually the
+        fastest plans), or None if the clock ran out while building them."""
+        mv = pr.max_vpp if fam == "megatron" else 1
+        out = []
+        for inst in build_instances(model, cluster, settings, fam, pr, cm, max_vpp=mv):
+            if run.out_of_time():
+                return None
+            out.append(inst)
+        out.sort(key=lambda i: (-i.samples_per_mb, i.vpp))
+        return out
+
+    fams: list[tuple[Family, list[Instance] | None]]
     if instances is not None:
         given = sorted(instances, key=lambda i: (i.family != "megatron", -i.samples_per_mb, i.vpp))
-        for inst in given:
+        fams = [(f, [i for i in given if i.family == f]) for f in ("megatron", "hetero")]
+    else:
+        fams = [(f, None) for f in families(family)]
+    for fam, insts in fams:
+        todo = insts if insts is not None else family_instances(fam)
+        if todo is None:
+            stopped = True
+            break
+        for inst in todo:
             if run.out_of_time() or not take(inst):
                 stopped = True
                 break
-    else:
-        for fam in families(family):
-            mv = pr.max_vpp if fam == "megatron" else 1
-            # largest micro-batch step first: fewest micro-batches, usually the fastest plans
-            steps = list(build_instances(model, cluster, settings, fam, pr, cm, max_vpp=mv))
-            steps.sort(key=lambda i: (-i.samples_per_mb, i.vpp))
-            for inst in steps:
-                if run.out_of_time() or not take(inst):
-                    stopped = True
-                    break
-            if stopped:
-                break
-    # every megatron sub-problem, cheapest bound first, until the bound reaches the best plan; then all
-    # hetero instances in one vectorised batch (each level extends every instance's states)
-    if not stopped and queue.parts:
-        stopped = not _search_queue(queue, queue.sorted_all(), run, band=True, deadline=deadline, skip=early)
-    if not stopped and hetero_subs:
-        stopped = not _run(hetero_subs, run, band=True, deadline=deadline)
+        if stopped or not flush():
+            stopped = True
+            break
+        # every megatron sub-problem, cheapest bound first, until the bound reaches the best plan; then
+        # all hetero instances in one vectorised batch (each level extends every instance's states)
+        if fam == "megatron" and queue.parts:
+            stopped = not _search_queue(queue, queue.sorted_all(), run, band=True, deadline=deadline, skip=early)
+        if fam == "hetero" and hetero_subs:
+            stopped = not _run(hetero_subs, run, band=True, deadline=deadline)
+        if stopped:
+            break
     complete = not stopped
     run.report("dp", run.batches, run.batches, force=True)
 

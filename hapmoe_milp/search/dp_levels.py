@@ -527,6 +527,9 @@ def run_batch(
         if len(nfp) == 0 or k == kmax_all:
             break
 
+        if deadline is not None and time.perf_counter() > deadline:
+            finish()
+            return False
         # ---- 5. extend labels of the remaining pairs, chunk by chunk
         P_S, p_row, p_g, p_s, p_t, p_gsz = P_S[nfp], p_row[nfp], p_g[nfp], p_s[nfp], p_t[nfp], p_gsz[nfp]
         tau, sync, used2, rest_sum, rest_max = tau[nfp], sync[nfp], used2[nfp], rest_sum[nfp], rest_max[nfp]

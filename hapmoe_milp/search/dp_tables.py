@@ -9,6 +9,7 @@ a sub-problem needs for the layers still to place), which the DP uses to discard
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -309,11 +310,14 @@ def kind_order(kinds_seq: Sequence[str]) -> tuple[str, ...]:
     return tuple(sorted(set(kinds_seq)))
 
 
-def build_batch(subs: list[SubProblem], cache: RowCache, *, band: bool = True) -> Batch:
+def build_batch(
+    subs: list[SubProblem], cache: RowCache, *, band: bool = True, deadline: float | None = None
+) -> Batch | None:
     """Stack the options of ``subs`` (each sub-problem is one group of rows) into arrays.
 
     ``cache`` keeps each option's row (its coefficients, priced on first use). With ``band=False`` every
-    option may hold any number of layers (the refinement pass).
+    option may hold any number of layers (the refinement pass). None when ``deadline`` passed while the
+    options were being priced.
     """
     inst0 = subs[0].inst
     model, cluster = inst0.model, inst0.cluster
@@ -333,7 +337,12 @@ def build_batch(subs: list[SubProblem], cache: RowCache, *, band: bool = True) -
     for sub in subs:
         row_opt.extend(sub.options)
         grp_sizes.append(len(sub.options))
-    mat = np.stack([cache.row(o) for o in row_opt])
+    rows = []
+    for i, o in enumerate(row_opt):
+        if deadline is not None and i % 64 == 0 and time.perf_counter() > deadline:
+            return None  # pricing the options took the time that was left
+        rows.append(cache.row(o))
+    mat = np.stack(rows)
     c0 = K * N_ATTR
     coef = mat[:, :c0].reshape(len(row_opt), K, N_ATTR)
     first = mat[:, c0 : c0 + N_ATTR + 1]
