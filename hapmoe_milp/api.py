@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -89,8 +90,11 @@ def solve(
     else:
         tries = [replace(st, optimizer_offload=bool(optimizer_offload))]
     last: Solution | None = None
+    t0 = time.perf_counter()
     for s in tries:
-        sol = _run_solver(m, c, s, solver, family, pruning, time_limit, solver_options or {})
+        # one time limit for the whole solve: the optimizer-offload retry gets what the first try left
+        left = max(0.05, time_limit - (time.perf_counter() - t0)) if time_limit else time_limit
+        sol = _run_solver(m, c, s, solver, family, pruning, left, solver_options or {})
         last = sol
         if sol.plan is not None:
             return finalize(sol, m, c, s)

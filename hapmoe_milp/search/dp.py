@@ -383,10 +383,11 @@ def solve_dp(
 
     refined = False
     small = not (0 < pr.large_cluster < cluster.world_size)
-    if complete and small and instances is None and pr.layer_band and pr.band_refine and run.best.chain is not None:
+    if complete and small and instances is None and pr.layer_band and pr.band_refine:
         # The band is centred on estimated speeds and can cut the optimum when memory forces slower
-        # options than the estimate assumed. Re-search without it, bounded by the plan just found (which
-        # prunes most of the space) and by as much time again as the first pass took.
+        # options than the estimate assumed (or cut every plan that fits). Re-search without it, bounded
+        # by the plan just found (which prunes most of the space) and by as much time again as the first
+        # pass took.
         spent = time.perf_counter() - t0
         refine_deadline = time.perf_counter() + max(1.0, spent)
         if deadline is not None:

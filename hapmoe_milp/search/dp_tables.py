@@ -350,12 +350,20 @@ def build_batch(
     rest = mat[:, c0 + 2 * (N_ATTR + 1) :]
     fixed, cap = rest[:, 0], rest[:, 1]
     typ, g, dp, level, shape0, lo, hi = (rest[:, i].astype(np.int64) for i in range(2, 9))
-    if not band:
-        lo = np.ones_like(lo)
-        hi = np.full_like(hi, n)
     row_grp0 = np.repeat(np.arange(len(subs)), grp_sizes)
     # shape ids must be unique across groups: offset them
     shape = shape0 + row_grp0 * SHAPE_STRIDE
+    if not band:
+        lo = np.ones_like(lo)
+        hi = np.full_like(hi, n)
+    else:
+        # a shape's recompute levels share the band of its cheapest level (centred on the speed without
+        # recompute): memory may force a costlier level, not a different layer share
+        order = np.lexsort((level, shape))
+        head = np.r_[True, shape[order][1:] != shape[order][:-1]]
+        owner = order[np.flatnonzero(head)[np.cumsum(head) - 1]]
+        lo_s, hi_s = lo.copy(), hi.copy()
+        lo[order], hi[order] = lo_s[owner], hi_s[owner]
     grp_hi = np.cumsum(grp_sizes)
     grp_lo = grp_hi - np.array(grp_sizes)
     row_grp = np.repeat(np.arange(len(subs)), grp_sizes)
