@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from hapmoe_milp.config import Settings
 from hapmoe_milp.cost.estimate import estimate
 from hapmoe_milp.errors import PlanError
+from hapmoe_milp.export.common import plan_chunks
 from hapmoe_milp.instance import build_instances, group_keys, in_group
 from hapmoe_milp.plan import Plan, Stage, check_plan
-from hapmoe_milp.export.common import plan_chunks
 from hapmoe_milp.search.dp import solve_dp
 from hapmoe_milp.search.dp_reference import solve_dp_reference
 from hapmoe_milp.space import Pruning
@@ -188,7 +188,7 @@ def test_interleaved_plans_win_where_memory_allows(vpp_results):
     the cases above exercise the VPP path, not just the plain one)."""
     vpps = [sol.plan.vpp for *_, sol in vpp_results]
     assert max(vpps) > 1
-    for model, _cluster, st, sol in vpp_results:
+    for *_, sol in vpp_results:
         p = sol.plan
         if p.vpp > 1:
             assert p.pp > 1 and p.num_microbatches % p.pp == 0

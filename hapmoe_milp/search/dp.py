@@ -223,7 +223,9 @@ class _MegatronQueue:
             infl = np.array([inst.in_flight(1, int(p)) for p in depths], dtype=float)
             infl = infl[np.searchsorted(depths, pp)] if len(pp) else np.zeros(0)
         t_cap = self._capacity_time(gi, infl, base) if len(gi) else np.zeros(0)
-        lb = a * tt[gi] + b * np.maximum(tt[gi] / np.maximum(pdiv, 1), t_cap)
+        with np.errstate(invalid="ignore"):
+            lb = a * tt[gi] + b * np.maximum(tt[gi] / np.maximum(pdiv, 1), t_cap)
+        lb[np.isinf(t_cap)] = np.inf  # the devices cannot hold the layers (even with beta = 0)
         lb[~self._fits(inst, gi, pdiv, pp, base)] = np.inf
         start = sum(len(p[0]) for p in self.parts)
         self.parts.append((np.full(len(gi), ii, dtype=np.int64), first + gi, pp, lb))

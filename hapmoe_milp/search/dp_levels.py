@@ -253,8 +253,10 @@ def run_batch(
         lg = s_grp[l_st]
         bd_now = batch.bounds(k)  # the layers still to place sit k or more stages from the end
         t_rest = capacity_bound(bd_now, s_grp, s_e, inv[None, :] - s_used)
-        lb = alpha[lg] * (l_tot + bd_now.sum_pre[lg, s_e[l_st]]) + beta[lg] * np.maximum(l_tmx, t_rest[l_st]) + l_smx
-        keep = lb < best.value
+        tr = t_rest[l_st]
+        with np.errstate(invalid="ignore"):
+            lb = alpha[lg] * (l_tot + bd_now.sum_pre[lg, s_e[l_st]]) + beta[lg] * np.maximum(l_tmx, tr) + l_smx
+        keep = (lb < best.value) & np.isfinite(tr)  # inf: the remaining devices cannot hold the layers
         if not keep.all():
             n_bound += int((~keep).sum())
             l_st, l_tot, l_tmx, l_smx, l_hist = l_st[keep], l_tot[keep], l_tmx[keep], l_smx[keep], l_hist[keep]
