@@ -82,12 +82,48 @@ def row(model: str, cluster: str, r: dict[str, Any], any_r: dict[str, Any] | Non
     ]
 
 
+def catalog_anytime() -> str:
+    """Every catalog model x catalog cluster up to 2048 devices, `solve` with a 1 s limit: a plan, a proof
+    that none fits (the infeasibility message), or a failure to answer in time."""
+    cat = Catalog()
+    counts = {"plan": 0, "infeasible": 0, "no answer": 0}
+    worst = 0.0
+    misses: list[str] = []
+    for model in cat.model_names():
+        for cluster in cat.cluster_names():
+            c = cat.cluster(cluster)
+            if c.world_size > 2048:
+                continue
+            r = timed_solve(model, cluster, None, 1.0)
+            worst = max(worst, r["wall"])
+            if "sol" in r:
+                counts["plan"] += 1
+            elif "time limit" in r["error"]:
+                counts["no answer"] += 1
+                misses.append(f"{model} on {cluster}")
+            else:
+                counts["infeasible"] += 1
+            print(model, cluster, "plan" if "sol" in r else r["error"][:80], f"{r['wall']:.2f} s", flush=True)
+    text = (
+        f"{sum(counts.values())} pairs: a plan in {counts['plan']}, proven infeasible (nothing fits, even with "
+        f"optimizer offload) in {counts['infeasible']}, no answer within the limit in {counts['no answer']}"
+        + (f" ({', '.join(misses)})" if misses else "")
+        + f"; the slowest call returned after {worst:.2f} s wall."
+    )
+    return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="Mixtral-S on three clusters only")
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--no-anytime", action="store_true", help="skip the 1 s runs")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument(
+        "--catalog-anytime",
+        action="store_true",
+        help="also run every catalog model on every catalog cluster up to 2048 devices with a 1 s limit",
+    )
     args = ap.parse_args()
     quiet_logging()
     load0 = os.getloadavg()[0]
@@ -137,6 +173,7 @@ def main() -> None:
                 ]
             )
             print(" | ".join(homo[-1]), flush=True)
+    sweep = catalog_anytime() if args.catalog_anytime else None
     total = time.perf_counter() - t_all
     load1 = os.getloadavg()[0]
     out = ["## DP search time per scenario", ""]
@@ -177,6 +214,11 @@ def main() -> None:
                 ["model", "cluster", "planner plan", "planner s", "Megatron-uniform plan", "uniform s", "ratio"], homo
             )
         )
+    if sweep is not None:
+        out.append("")
+        out.append("### A plan within one second: every catalog model on every catalog cluster (<= 2048 devices)")
+        out.append("")
+        out.append(sweep)
     md = "\n".join(out) + "\n"
     print(md)
     if not args.no_write:

@@ -355,3 +355,65 @@ def test_random_seeds_are_deterministic(catalog):
     a = solve_dp(model, cluster, st)
     b = solve_dp(model, cluster, st)
     assert a.plan == b.plan and a.objective_s == b.objective_s
+
+
+# ------------------------------------------------------------------------------------------ status and clock
+def test_status_says_how_far_the_plan_is_proven(hetero_case):
+    """optimal: the search completed and no rule that can cut the optimum fired (the bound is the
+    objective); feasible: such a rule fired (named in cut_by); timeout: the clock stopped it."""
+    model, cluster, st, exact = hetero_case
+    assert exact.status == "optimal" and exact.stats["cut_by"] == []
+    assert exact.bound_s == exact.objective_s
+    pruned = solve_dp(model, cluster, st, family="hetero", pruning=Pruning(layer_band=False, min_recompute=True))
+    assert pruned.stats["cut_by"]
+    assert all(pruned.pruned.get(r, 0) > 0 for r in pruned.stats["cut_by"])
+    assert pruned.status == "feasible" and math.isnan(pruned.bound_s)
+    late = solve_dp(model, cluster, st, family="hetero", time_limit=1e-9)
+    assert late.status == "timeout" and late.stats.get("stopped_by", "time") == "time"
+
+
+def test_switches_that_cut_nothing_keep_the_proof(catalog):
+    """Pruning switches that fire on nothing leave the answer proven optimal: e.g. a stage cap above the
+    layer count, or the band when the refinement pass completes."""
+    model = tiny_model((1, 1, 1))
+    cluster = tiny_cluster(catalog, [("h800", 2, None)])
+    st = Settings(seq_length=1024, global_batch_size=4, micro_batch_size=1, dispatcher="alltoall")
+    pr = replace(Pruning.off(), max_stages=16)
+    sol = solve_dp(model, cluster, st, pruning=pr)
+    ref = solve_dp(model, cluster, st, pruning=Pruning.off())
+    assert sol.status == "optimal" and sol.objective_s == pytest.approx(ref.objective_s, rel=1e-12)
+
+
+def test_progress_is_reported_and_only_improves(hetero_case):
+    model, cluster, st, _ = hetero_case
+    events = []
+    sol = solve_dp(model, cluster, st, progress=events.append)
+    assert events and {e.phase for e in events} <= {"build", "dp", "refine"}
+    assert "dp" in {e.phase for e in events}
+    bests = [e.best_s for e in events]
+    assert all(a >= b for a, b in itertools.pairwise(bests))
+    assert bests[-1] == pytest.approx(sol.objective_s, rel=1e-12)
+    assert all(e.elapsed_s >= 0 for e in events)
+
+
+def test_interleaved_in_flight_is_the_cost_models_rule(catalog):
+    """The instance's in-flight count is cost.pipeline.in_flight, and an interleaved one needs the depth."""
+    from hapmoe_milp.cost.pipeline import in_flight
+
+    model = tiny_model((1, 1, 1, 1, 1, 1, 1, 1))
+    cluster = tiny_cluster(catalog, [("h800", 4, None)])
+    st = Settings(seq_length=1024, global_batch_size=16, micro_batch_size=1, dispatcher="alltoall")
+    insts = list(build_instances(model, cluster, st, "megatron", Pruning(), max_vpp=3))
+    plain = [i for i in insts if i.vpp == 1]
+    inter = [i for i in insts if i.vpp > 1]
+    assert plain and inter
+    for i in plain:
+        assert [i.in_flight(k) for k in (1, 2, 5)] == [min(i.num_microbatches, k) for k in (1, 2, 5)]
+    for i in inter:
+        assert i.vpp_depths() and all(i.num_microbatches % p == 0 and p * i.vpp <= 8 for p in i.vpp_depths())
+        with pytest.raises(ValueError):
+            i.in_flight(1)
+        for p in i.vpp_depths():
+            for k in range(1, p + 1):
+                assert i.in_flight(k, p) == in_flight(p - k, p, i.num_microbatches, i.vpp)
+        assert i.options is plain[0].options or any(i.options is j.options for j in plain)

@@ -423,6 +423,10 @@ def _solution(name: str, run: _Run, pr: Pruning, complete: bool, refined: bool, 
     if pr.uniform_stage_size:
         cut_by.append("uniform_stage_size")
     stats = {"instances": run.n_inst, "batches": run.batches, "exact_space": exact_space, "cut_by": cut_by}
+    if not complete:
+        stats["stopped_by"] = "time"
+    elif cut_by:
+        stats["stopped_by"] = "pruning"
     best = run.best
     if best.chain is None or best.sub is None:
         status = "timeout" if not complete else "infeasible"
@@ -443,11 +447,8 @@ def _solution(name: str, run: _Run, pr: Pruning, complete: bool, refined: bool, 
         runner = plan_from_chain(best.second_chain, best.second_sub.inst)  # type: ignore[attr-defined]
     if not complete:
         status = "timeout"
-        stats["stopped_by"] = "time"
     else:
         status = "optimal" if not cut_by else "feasible"
-        if cut_by:
-            stats["stopped_by"] = "pruning"
     bound = best.value if status == "optimal" else float("nan")
     if math.isfinite(bound):
         stats["proof"] = "optimal over the DP's space"
