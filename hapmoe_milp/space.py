@@ -25,7 +25,8 @@ class Pruning:
       the cluster's compute, ``n_hat = N * g * P_h / sum_t(m_t * P_t)`` (generalised to several stages
       per type, reference/papers.md §13.3).
       With ``band_refine`` the DP then searches once more without the band, bounded by the plan found
-      and by as much time again as the first pass took (clusters up to ``large_cluster`` devices).
+      and by as much CPU time again as the first pass took, at least a second (clusters up to
+      ``large_cluster`` devices).
     - ``min_recompute``: take the cheapest recompute level that fits memory; never a costlier one.
     - ``cross_type_comm``: drop a cross-type boundary whose p2p exceeds ``eta`` x the stage's compute.
     - ``ep_within_type``: EP groups never span device types. Structural in this space (a stage is one

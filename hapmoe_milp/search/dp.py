@@ -34,7 +34,7 @@ from hapmoe_milp.errors import InfeasibleError
 from hapmoe_milp.instance import Instance, Option, build_instances, groups
 from hapmoe_milp.plan import Plan, Stage
 from hapmoe_milp.search.dp_levels import Best, Chain, run_batch
-from hapmoe_milp.search.dp_tables import RowCache, SubProblem, build_batch, kind_order
+from hapmoe_milp.search.dp_tables import Clock, RowCache, SubProblem, build_batch, kind_order
 from hapmoe_milp.search.solution import Progress, ProgressEvent, Solution
 from hapmoe_milp.space import PruneCounter, Pruning
 from hapmoe_milp.specs.cluster import ClusterSpec
@@ -68,7 +68,7 @@ class _Run:
     """State of one solve: the incumbent, counters, the clock and the progress sink."""
 
     t0: float
-    deadline: float | None
+    clock: Clock
     limit: float | None
     progress: Progress | None
     cache: RowCache
@@ -78,9 +78,8 @@ class _Run:
     batches: int = 0
     last_report: float = -1.0
 
-    def out_of_time(self, deadline: float | None = None) -> bool:
-        d = self.deadline if deadline is None else deadline
-        return d is not None and time.perf_counter() > d
+    def out_of_time(self) -> bool:
+        return self.clock.passed()
 
     def report(self, phase: str, done: int, total: int, force: bool = False) -> None:
         if self.progress is None:
@@ -244,16 +243,16 @@ class _MegatronQueue:
 
 
 def _search_queue(
-    q: _MegatronQueue, idx: np.ndarray, run: _Run, *, band: bool, deadline: float | None, skip: set[int] | None = None
+    q: _MegatronQueue, idx: np.ndarray, run: _Run, *, band: bool, clock: Clock, skip: set[int] | None = None
 ) -> bool:
     """Search the queued megatron sub-problems ``idx`` (sorted by bound) in batches until the bound
-    reaches the best plan. False if the deadline stopped it."""
+    reaches the best plan. False if the clock stopped it."""
     arrs = q.arrays()
     lb = arrs[3]
     pos = 0
     size = 32  # small batches first: the incumbent (and with it the bound) improves between them
     while pos < len(idx):
-        if run.out_of_time(deadline):
+        if clock.passed():
             return False
         if lb[idx[pos]] >= run.best.value:
             run.counter.add("bound", len(idx) - pos)
@@ -264,17 +263,17 @@ def _search_queue(
             if skip is None or int(idx[pos]) not in skip:
                 chunk.append(q.sub(int(idx[pos]), arrs))
             pos += 1
-        if chunk and not _run(chunk, run, band=band, deadline=deadline):
+        if chunk and not _run(chunk, run, band=band, clock=clock):
             return False
     return True
 
 
-def _run(subs: list[SubProblem], run: _Run, *, band: bool, deadline: float | None) -> bool:
-    batch = build_batch(subs, run.cache, band=band, deadline=deadline)
+def _run(subs: list[SubProblem], run: _Run, *, band: bool, clock: Clock) -> bool:
+    batch = build_batch(subs, run.cache, band=band, clock=clock)
     if batch is None:
         return False
     run.batches += 1
-    ok = run_batch(batch, run.best, run.counter, deadline)
+    ok = run_batch(batch, run.best, run.counter, clock)
     run.report("dp", run.batches, 0)
     return ok
 
@@ -297,11 +296,11 @@ def solve_dp(
     can cut the optimum fired (``stats["cut_by"]`` is empty), ``feasible`` when it completed but such a
     rule fired (``cut_by`` names them), ``timeout`` when the clock stopped it (the best plan so far).
     """
-    t0 = time.perf_counter()
-    deadline = t0 + time_limit if time_limit else None
+    t0, c0 = time.perf_counter(), time.process_time()
+    clock = Clock(wall=t0 + time_limit if time_limit else None)
     pr = pruning or Pruning()
     kinds = kind_order(model.layer_kinds)
-    run = _Run(t0, deadline, time_limit, progress, RowCache(kinds, tuple(cluster.inventory)))
+    run = _Run(t0, clock, time_limit, progress, RowCache(kinds, tuple(cluster.inventory)))
     total_dev = sum(cluster.inventory.values())
     cm = CostModel(model, cluster, settings)
     queue = _MegatronQueue(total_dev, tuple(cluster.inventory), cluster.inventory)
@@ -340,7 +339,7 @@ def solve_dp(
         first = idx[np.argsort(lb[idx], kind="stable")[:EARLY]]
         first = first[np.isfinite(lb[first])]
         early.update(int(i) for i in first)
-        return _search_queue(queue, first, run, band=True, deadline=deadline)
+        return _search_queue(queue, first, run, band=True, clock=clock)
 
     def family_instances(fam: Family) -> list[Instance] | None:
         """The family's instances, largest micro-batch step first (fewest micro-batches, usually the
@@ -375,9 +374,9 @@ def solve_dp(
         # every megatron sub-problem, cheapest bound first, until the bound reaches the best plan; then
         # all hetero instances in one vectorised batch (each level extends every instance's states)
         if fam == "megatron" and queue.parts:
-            stopped = not _search_queue(queue, queue.sorted_all(), run, band=True, deadline=deadline, skip=early)
+            stopped = not _search_queue(queue, queue.sorted_all(), run, band=True, clock=clock, skip=early)
         if fam == "hetero" and hetero_subs:
-            stopped = not _run(hetero_subs, run, band=True, deadline=deadline)
+            stopped = not _run(hetero_subs, run, band=True, clock=clock)
         if stopped:
             break
     complete = not stopped
@@ -388,17 +387,16 @@ def solve_dp(
     if complete and small and instances is None and pr.layer_band and pr.band_refine:
         # The band is centred on estimated speeds and can cut the optimum when memory forces slower
         # options than the estimate assumed (or cut every plan that fits). Re-search without it, bounded
-        # by the plan just found (which prunes most of the space) and by as much time again as the first
-        # pass took.
-        spent = time.perf_counter() - t0
-        refine_deadline = time.perf_counter() + max(1.0, spent)
-        if deadline is not None:
-            refine_deadline = min(refine_deadline, deadline)
+        # by the plan just found (which prunes most of the space) and by as much CPU time again as the
+        # first pass took (at least a second; CPU time, so that a loaded machine gets the same answer),
+        # within the time limit.
+        spent = time.process_time() - c0
+        refine = Clock(wall=clock.wall, cpu=time.process_time() + max(1.0, spent))
         ok = True
         if queue.parts:
-            ok = _search_queue(queue, queue.sorted_all(), run, band=False, deadline=refine_deadline)
+            ok = _search_queue(queue, queue.sorted_all(), run, band=False, clock=refine)
         if ok and hetero_subs:
-            ok = _run(hetero_subs, run, band=False, deadline=refine_deadline)
+            ok = _run(hetero_subs, run, band=False, clock=refine)
         refined = ok
         if not ok:
             run.counter.add("refine_timeout")
@@ -441,10 +439,10 @@ def _solution(name: str, run: _Run, pr: Pruning, complete: bool, refined: bool, 
             stats=stats,
             message="" if not complete else "no plan satisfies memory and inventory",
         )
-    plan = plan_from_chain(best.chain, best.sub.inst)  # type: ignore[attr-defined]
+    plan = plan_from_chain(best.chain, best.sub.inst)
     runner = None
     if best.second_chain is not None and best.second_sub is not None:
-        runner = plan_from_chain(best.second_chain, best.second_sub.inst)  # type: ignore[attr-defined]
+        runner = plan_from_chain(best.second_chain, best.second_sub.inst)
     if not complete:
         status = "timeout"
     else:

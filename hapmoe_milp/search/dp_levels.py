@@ -12,13 +12,27 @@ switch off is kept.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from hapmoe_milp.instance import Option
-from hapmoe_milp.search.dp_tables import AG, OP, RS, WORK, A, B, Batch, F, W, aligned_vec, capacity_bound
+from hapmoe_milp.search.dp_tables import (
+    AG,
+    OP,
+    RS,
+    WORK,
+    A,
+    B,
+    Batch,
+    Bounds,
+    Clock,
+    F,
+    SubProblem,
+    W,
+    aligned_vec,
+    capacity_bound,
+)
 from hapmoe_milp.space import PruneCounter
 
 # label expansions per chunk (bounds memory when little is pruned, e.g. with every switch off)
@@ -47,12 +61,12 @@ class Best:
 
     value: float = math.inf
     chain: Chain | None = None
-    sub: object = None
+    sub: SubProblem | None = None
     second_value: float = math.inf
     second_chain: Chain | None = None
-    second_sub: object = None
+    second_sub: SubProblem | None = None
 
-    def offer(self, value: float, chain: Chain, sub: object) -> None:
+    def offer(self, value: float, chain: Chain, sub: SubProblem) -> None:
         if value < self.value:
             if self.chain is not None and not self.chain.same(chain):
                 self.second_value, self.second_chain, self.second_sub = self.value, self.chain, self.sub
@@ -99,7 +113,9 @@ def _ranges(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return owner, np.arange(len(owner)) - start[owner]
 
 
-def _capacity_unique(bd, grp, s, rem, G, N, inv) -> np.ndarray:
+def _capacity_unique(
+    bd: Bounds, grp: np.ndarray, s: np.ndarray, rem: np.ndarray, G: int, N: int, inv: np.ndarray
+) -> np.ndarray:
     """:func:`capacity_bound` evaluated once per distinct (group, start, remaining devices)."""
     T = rem.shape[1]
     key = _pack([grp, s, *[rem[:, t] for t in range(T)]], [G, N + 1, *[int(inv[t]) + 1 for t in range(T)]])
@@ -203,9 +219,9 @@ def run_batch(
     batch: Batch,
     best: Best,
     counter: PruneCounter,
-    deadline: float | None,
+    clock: Clock,
 ) -> bool:
-    """Run the DP over every group of ``batch``; offer complete plans to ``best``. False if the deadline hit."""
+    """Run the DP over every group of ``batch``; offer complete plans to ``best``. False if the clock ran out."""
     inst0 = batch.subs[0].inst
     pr = inst0.pruning
     st = inst0.settings
@@ -244,7 +260,7 @@ def run_batch(
         counter.add("max_stages", n_cap)
 
     for k in range(1, kmax_all + 1):
-        if deadline is not None and time.perf_counter() > deadline:
+        if clock.passed():
             finish()
             return False
         if len(l_st) == 0:
@@ -312,14 +328,14 @@ def run_batch(
             tm = batch.tmin[row]
             with np.errstate(divide="ignore", invalid="ignore"):
                 n_t = np.where(tm > 0, np.floor(tcap / np.where(tm > 0, tm, 1.0)), N)
-            n_hi = np.minimum(n_hi, n_t.astype(np.int64))
+            n_hi = np.minimum(n_hi, np.clip(n_t, -1, N).astype(np.int64))
         infl_k = batch.infl[gi, k]
         mrow = batch.coef[row][:, present, W] + infl_k[:, None] * batch.coef[row][:, present, A]
         mmin = mrow.min(axis=1)
         budget = batch.cap[row] - batch.fixed[row]
         with np.errstate(divide="ignore", invalid="ignore"):
             n_m = np.where(mmin > 0, np.floor(budget / np.where(mmin > 0, mmin, 1.0)), N)
-        n_hi = np.minimum(n_hi, np.maximum(n_m, -1).astype(np.int64))
+        n_hi = np.minimum(n_hi, np.clip(n_m, -1, N).astype(np.int64))
         cnt = np.maximum(n_hi - n_lo + 1, 0)
         C, coff = _ranges(cnt)
         n = n_lo[C] + coff
@@ -529,7 +545,7 @@ def run_batch(
         if len(nfp) == 0 or k == kmax_all:
             break
 
-        if deadline is not None and time.perf_counter() > deadline:
+        if clock.passed():
             finish()
             return False
         # ---- 5. extend labels of the remaining pairs, chunk by chunk

@@ -25,6 +25,20 @@ SHAPE_STRIDE = 1 << 24  # shape ids of different groups never collide
 
 
 @dataclass(frozen=True)
+class Clock:
+    """When a search must stop: a wall-clock deadline (``perf_counter``, the user's time limit) and/or a
+    CPU-time one (``process_time``: a budget that does not shrink when other jobs load the machine)."""
+
+    wall: float | None = None
+    cpu: float | None = None
+
+    def passed(self) -> bool:
+        return (self.wall is not None and time.perf_counter() > self.wall) or (
+            self.cpu is not None and time.process_time() > self.cpu
+        )
+
+
+@dataclass(frozen=True)
 class SubProblem:
     """The scope of one DP run: an instance, the options that may share a plan (one family group, see
     :func:`hapmoe_milp.instance.group_key`), and for an interleaved instance the fixed pipeline depth.
@@ -311,12 +325,12 @@ def kind_order(kinds_seq: Sequence[str]) -> tuple[str, ...]:
 
 
 def build_batch(
-    subs: list[SubProblem], cache: RowCache, *, band: bool = True, deadline: float | None = None
+    subs: list[SubProblem], cache: RowCache, *, band: bool = True, clock: Clock | None = None
 ) -> Batch | None:
     """Stack the options of ``subs`` (each sub-problem is one group of rows) into arrays.
 
     ``cache`` keeps each option's row (its coefficients, priced on first use). With ``band=False`` every
-    option may hold any number of layers (the refinement pass). None when ``deadline`` passed while the
+    option may hold any number of layers (the refinement pass). None when ``clock`` ran out while the
     options were being priced.
     """
     inst0 = subs[0].inst
@@ -339,7 +353,7 @@ def build_batch(
         grp_sizes.append(len(sub.options))
     rows = []
     for i, o in enumerate(row_opt):
-        if deadline is not None and i % 64 == 0 and time.perf_counter() > deadline:
+        if clock is not None and i % 64 == 0 and clock.passed():
             return None  # pricing the options took the time that was left
         rows.append(cache.row(o))
     mat = np.stack(rows)
@@ -471,4 +485,4 @@ def aligned_vec(start: np.ndarray, g: np.ndarray, node: np.ndarray) -> np.ndarra
     return np.where(g <= node, inside, start % node == 0)
 
 
-__all__ = ["Batch", "RowCache", "SubProblem", "aligned", "aligned_vec", "build_batch", "capacity_bound"]
+__all__ = ["Batch", "Clock", "RowCache", "SubProblem", "aligned", "aligned_vec", "build_batch", "capacity_bound"]
