@@ -215,408 +215,423 @@ def _pack(cols: list[np.ndarray], radix: list[int]) -> np.ndarray | None:
     return key
 
 
-def run_batch(
-    batch: Batch,
-    best: Best,
-    counter: PruneCounter,
-    clock: Clock,
-) -> bool:
+@dataclass
+class _Counts:
+    """What each rule removed in one batch (added to the solve's counter at the end)."""
+
+    bound: int = 0
+    memory_bound: int = 0
+    pareto: int = 0
+    min_recompute: int = 0
+    cross_type_comm: int = 0
+    max_stages: int = 0
+
+    def flush(self, counter: PruneCounter) -> None:
+        for name in ("bound", "memory_bound", "pareto", "min_recompute", "cross_type_comm", "max_stages"):
+            counter.add(name, getattr(self, name))
+
+
+@dataclass
+class _Level:
+    """The live states of one level and their labels (grouped by state, each state's by rising total).
+
+    A state: group, first layer of the placed suffix (``e``), devices used per type, device type and
+    size key of the stage placed last (``nd``, ``ng``; -1/0 for none), device types seen (bit mask).
+    A label: ``(tot, tmx, smx)`` and the id of its last stage in the history.
+    """
+
+    grp: np.ndarray
+    e: np.ndarray
+    used: np.ndarray
+    nd: np.ndarray
+    ng: np.ndarray
+    seen: np.ndarray
+    st: np.ndarray
+    tot: np.ndarray
+    tmx: np.ndarray
+    smx: np.ndarray
+    hist: np.ndarray
+
+    @classmethod
+    def roots(cls, G: int, n: int, T: int) -> _Level:
+        z = np.zeros(G, dtype=np.int64)
+        return cls(np.arange(G), np.full(G, n), np.zeros((G, T), dtype=np.int64), z - 1, z, z, np.arange(G),
+                   np.zeros(G), np.zeros(G), np.zeros(G), z - 1)  # fmt: skip
+
+    def keep_labels(self, keep: np.ndarray) -> _Level:
+        """The level with only the labels in ``keep`` (states left without labels are dropped)."""
+        alive = np.zeros(len(self.grp), dtype=bool)
+        alive[self.st[keep]] = True
+        remap = np.cumsum(alive) - 1
+        return _Level(self.grp[alive], self.e[alive], self.used[alive], self.nd[alive], self.ng[alive],
+                      self.seen[alive], remap[self.st[keep]], self.tot[keep], self.tmx[keep], self.smx[keep],
+                      self.hist[keep])  # fmt: skip
+
+    def label_runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per state: number of labels and index of its first label."""
+        cnt = np.bincount(self.st, minlength=len(self.grp))
+        return cnt, np.cumsum(cnt) - cnt
+
+
+@dataclass
+class _Cands:
+    """Candidate stages (option row, start) for the (group, end) pairs of the level, sorted by
+    ``key = (group-end index, device type-size class)`` so a state finds its candidates by search."""
+
+    row: np.ndarray
+    grp: np.ndarray
+    s: np.ndarray
+    tau: np.ndarray  # fwd + bwd, before the boundary's p2p
+    sync: np.ndarray
+    key: np.ndarray
+
+
+def run_batch(batch: Batch, best: Best, counter: PruneCounter, clock: Clock) -> bool:
     """Run the DP over every group of ``batch``; offer complete plans to ``best``. False if the clock ran out."""
-    inst0 = batch.subs[0].inst
-    pr = inst0.pruning
-    st = inst0.settings
-    T = len(batch.types)
-    N = batch.n_layers
-    G = batch.n_groups
-    inv, node = batch.inv, batch.node
-    kc = batch.kind_count
-    NTG = len(batch.tg_t)
-    present = np.flatnonzero(kc[:, -1] > 0)
-    mtp_n = sum(1 for k in inst0.model.layer_kinds if k == "mtp")
-
+    n_types = len(batch.types)
+    lv: _Level | None = _Level.roots(batch.n_groups, batch.n_layers, n_types)
+    cnt = _Counts()
     hist = _History()
-    # level-0 states: one root per group
-    s_grp = np.arange(G, dtype=np.int64)
-    s_e = np.full(G, N, dtype=np.int64)
-    s_used = np.zeros((G, T), dtype=np.int64)
-    s_nd = np.full(G, -1, dtype=np.int64)
-    s_ng = np.zeros(G, dtype=np.int64)
-    s_seen = np.zeros(G, dtype=np.int64)
-    l_st = np.arange(G, dtype=np.int64)
-    l_tot = np.zeros(G)
-    l_tmx = np.zeros(G)
-    l_smx = np.zeros(G)
-    l_hist = np.full(G, -1, dtype=np.int64)
-    n_bound = n_mem = n_pareto = n_minrec = n_cross = n_cap = 0
     kmax_all = int(batch.kmax.max())
-    alpha, beta = batch.alpha, batch.beta
-
-    def finish() -> None:
-        counter.add("bound", n_bound)
-        counter.add("memory_bound", n_mem)
-        counter.add("pareto", n_pareto)
-        counter.add("min_recompute", n_minrec)
-        counter.add("cross_type_comm", n_cross)
-        counter.add("max_stages", n_cap)
-
     for k in range(1, kmax_all + 1):
         if clock.passed():
-            finish()
+            cnt.flush(counter)
             return False
-        if len(l_st) == 0:
+        lv = _prune(batch, k, lv, best, cnt)
+        if lv is None:
             break
-        # ---- 1. labels that can no longer beat the best plan
-        lg = s_grp[l_st]
-        bd_now = batch.bounds(k)  # the layers still to place sit k or more stages from the end
-        t_rest = capacity_bound(bd_now, s_grp, s_e, inv[None, :] - s_used)
-        tr = t_rest[l_st]
-        with np.errstate(invalid="ignore"):
-            lb = alpha[lg] * (l_tot + bd_now.sum_pre[lg, s_e[l_st]]) + beta[lg] * np.maximum(l_tmx, tr) + l_smx
-        keep = (lb < best.value) & np.isfinite(tr)  # inf: the remaining devices cannot hold the layers
-        if not keep.all():
-            n_bound += int((~keep).sum())
-            l_st, l_tot, l_tmx, l_smx, l_hist = l_st[keep], l_tot[keep], l_tmx[keep], l_smx[keep], l_hist[keep]
-            if len(l_st) == 0:
-                break
-            alive = np.zeros(len(s_grp), dtype=bool)
-            alive[l_st] = True
-            remap = np.cumsum(alive) - 1
-            s_grp, s_e, s_used, s_nd, s_ng, s_seen = (
-                s_grp[alive],
-                s_e[alive],
-                s_used[alive],
-                s_nd[alive],
-                s_ng[alive],
-                s_seen[alive],
-            )
-            l_st = remap[l_st]
-        nS = len(s_grp)
-        l_cnt = np.bincount(l_st, minlength=nS)
-        l_start = np.r_[0, np.cumsum(l_cnt)[:-1]]
-        s_mt = np.minimum.reduceat(l_tot, l_start)
-        s_mx = np.minimum.reduceat(l_tmx, l_start)
-        s_ms = np.minimum.reduceat(l_smx, l_start)
-
+        ge_keys, s_ge = np.unique(lv.grp * (batch.n_layers + 1) + lv.e, return_inverse=True)
+        s_ge = s_ge.ravel()
+        l_cnt, l_start = lv.label_runs()
+        mins = [np.minimum.reduceat(x, l_start) for x in (lv.tot, lv.tmx, lv.smx)]
+        ge_mins = [_seg_min(m, s_ge, len(ge_keys)) for m in mins]
         bd = batch.bounds(k + 1)  # after this stage, the rest sit k + 1 or more from the end
-        # ---- 2. candidate stages (option, start) for every (group, end) present
-        ge_keys, s_ge = np.unique(s_grp * (N + 1) + s_e, return_inverse=True)
-        ge_g, ge_e = np.divmod(ge_keys, N + 1)
-        nge = len(ge_keys)
-        lo_tot = _seg_min(s_mt, s_ge, nge)
-        lo_tmx = _seg_min(s_mx, s_ge, nge)
-        lo_smx = _seg_min(s_ms, s_ge, nge)
-        nrows = batch.grp_hi[ge_g] - batch.grp_lo[ge_g]
-        X, xoff = _ranges(nrows)
-        row = batch.grp_lo[ge_g][X] + xoff
-        gi = ge_g[X]
-        e = ge_e[X]
-        v = batch.vpp[gi]
-        n_lo = np.maximum(batch.lo[row], v)
-        n_hi = np.minimum(batch.hi[row], e)
-        fixed_pp = batch.pp[gi]
-        if k == 1 and mtp_n > 1:
-            n_lo = np.where(v > 1, np.maximum(n_lo, v + mtp_n - 1), n_lo)
-        # the last allowed stage must start at layer 0; a fixed depth leaves v layers per later stage
-        must_first = np.where(fixed_pp > 0, fixed_pp == k, batch.kmax[gi] == k)
-        capped = (fixed_pp == 0) & (batch.kmax[gi] == k) & batch.capped[gi] & (e > n_lo)
-        if capped.any():
-            n_cap += int(capped.sum())
-        n_lo = np.where(must_first, np.maximum(n_lo, e), n_lo)
-        n_hi = np.where((fixed_pp > 0) & (fixed_pp > k), np.minimum(n_hi, e - (fixed_pp - k) * v), n_hi)
-        if math.isfinite(best.value):
-            tcap = (best.value - alpha[gi] * lo_tot[X] - lo_smx[X]) / (alpha[gi] + beta[gi])
-            tm = batch.tmin[row]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                n_t = np.where(tm > 0, np.floor(tcap / np.where(tm > 0, tm, 1.0)), N)
-            n_hi = np.minimum(n_hi, np.clip(n_t, -1, N).astype(np.int64))
-        infl_k = batch.infl[gi, k]
-        mrow = batch.coef[row][:, present, W] + infl_k[:, None] * batch.coef[row][:, present, A]
-        mmin = mrow.min(axis=1)
-        budget = batch.cap[row] - batch.fixed[row]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            n_m = np.where(mmin > 0, np.floor(budget / np.where(mmin > 0, mmin, 1.0)), N)
-        n_hi = np.minimum(n_hi, np.clip(n_m, -1, N).astype(np.int64))
-        cnt = np.maximum(n_hi - n_lo + 1, 0)
-        C, coff = _ranges(cnt)
-        n = n_lo[C] + coff
-        c_x = X[C]
-        c_row = row[C]
-        c_g = gi[C]
-        c_e = e[C]
-        c_s = c_e - n
-        # exact stage cost
-        cnt_k = kc[:, c_e] - kc[:, c_s]  # (K, nc)
-        vals = np.einsum("kn,nka->na", cnt_k.astype(float), batch.coef[c_row])
-        first_on = c_s == 0
-        fr = batch.first[c_row]
-        vals += fr[:, :7] * first_on[:, None]
-        extra = batch.fixed[c_row] + fr[:, WORK] * first_on
-        if k == 1:
-            lr = batch.last[c_row]
-            vals += lr[:, :7]
-            extra = extra + lr[:, WORK]
-        fwd, bwd = vals[:, F], vals[:, B]
-        mem = vals[:, W] + batch.infl[c_g, k] * vals[:, A] + extra
-        rs = np.maximum(0.0, vals[:, RS] - bwd) if st.overlap_grad_reduce else vals[:, RS]
-        ag = np.maximum(0.0, vals[:, AG] - fwd) if st.overlap_param_gather else vals[:, AG]
-        c_sync = rs + ag + vals[:, OP]
-        c_tau = fwd + bwd
-        ok = mem <= batch.cap[c_row]
-        ok &= ~first_on | (batch.dp[c_row] == batch.first_dp[c_g])
-        lead = batch.lead[c_g]
-        if lead.any():
-            vv = batch.vpp[c_g]
-            ok &= ~first_on | (vv <= 1) | (-(-(c_e - c_s) // vv) >= lead)
-        bound_c = (
-            alpha[c_g] * (lo_tot[c_x] + c_tau + bd.sum_pre[c_g, c_s])
-            + beta[c_g] * np.maximum(c_tau, lo_tmx[c_x])
-            + np.maximum(lo_smx[c_x], c_sync)
-        )
-        bad = bound_c >= best.value
-        n_bound += int((ok & bad).sum())
-        ok &= ~bad
-        sel = np.flatnonzero(ok)
-        if pr.min_recompute and len(sel):
-            # the cheapest recompute level that fits (per group, end, shape, start)
-            o2 = np.lexsort((batch.level[c_row[sel]], c_s[sel], batch.shape[c_row[sel]], c_x[sel]))
-            sel = sel[o2]
-            kx, ksh, ks = c_x[sel], batch.shape[c_row[sel]], c_s[sel]
-            firstm = np.r_[True, (kx[1:] != kx[:-1]) | (ksh[1:] != ksh[:-1]) | (ks[1:] != ks[:-1])]
-            n_minrec += int((~firstm).sum())
-            sel = sel[firstm]
-        c_x, c_row, c_g, c_s, c_e = c_x[sel], c_row[sel], c_g[sel], c_s[sel], c_e[sel]
-        c_tau, c_sync, c_fb = c_tau[sel], c_sync[sel], (fwd + bwd)[sel]
-        c_tg = batch.tg[c_row]
-        ckey = c_x * NTG + c_tg
-        o3 = np.argsort(ckey, kind="stable")
-        c_x, c_row, c_g, c_s, c_e, c_tau, c_sync, c_fb, c_tg, ckey = (
-            c_x[o3],
-            c_row[o3],
-            c_g[o3],
-            c_s[o3],
-            c_e[o3],
-            c_tau[o3],
-            c_sync[o3],
-            c_fb[o3],
-            c_tg[o3],
-            ckey[o3],
-        )
-        if len(ckey) == 0:
+        cands = _candidates(batch, k, ge_keys, ge_mins, bd, best, cnt)
+        if len(cands.key) == 0:
             break
-
-        # ---- 3. (state, candidate) pairs that the inventory and the family rules allow
-        tt, gg = batch.tg_t[None, :], batch.tg_g[None, :]
-        u = s_used[:, batch.tg_t]
-        rem = inv[batch.tg_t][None, :] - u - gg
-        valid = (rem >= 0) & aligned_vec(np.maximum(rem, 0), np.broadcast_to(gg, rem.shape), node[batch.tg_t][None, :])
-        cont = batch.contiguous[s_grp][:, None]
-        if cont.any():
-            seen_has = ((s_seen[:, None] >> tt) & 1).astype(bool)
-            valid &= ~(cont & seen_has & (s_nd[:, None] != tt))
-        uni = batch.uniform[s_grp][:, None]
-        if uni.any():
-            valid &= ~(uni & (s_nd[:, None] == tt) & (s_ng[:, None] != gg))
-        si, ti = np.nonzero(valid)
-        pkey = s_ge[si] * NTG + ti
-        blo = np.searchsorted(ckey, pkey, side="left")
-        bhi = np.searchsorted(ckey, pkey, side="right")
-        pown, poff = _ranges(bhi - blo)
-        P_S = si[pown]
-        P_C = blo[pown] + poff
-        if len(P_S) == 0:
+        pairs = _pairs(batch, k, lv, s_ge, cands, mins, bd, best, cnt)
+        if pairs is None:
             break
-        p_row = c_row[P_C]
-        p_g = s_grp[P_S]
-        p_s = c_s[P_C]
-        p_t = batch.typ[p_row]
-        p_gsz = batch.g[p_row]
-        nd = s_nd[P_S]
-        has = nd >= 0
-        p2p = np.zeros(len(P_S))
-        if has.any():
-            hi_ = np.flatnonzero(has)
-            ndh = nd[hi_]
-            smallh = (s_ng[P_S[hi_]] < node[ndh]).astype(np.int64)
-            p2p[hi_] = batch.p2p_for(p_row[hi_], ndh, smallh)
-        tau = c_tau[P_C] + 2 * p2p
-        sync = c_sync[P_C]
-        okp = np.ones(len(P_S), dtype=bool)
-        if pr.cross_type_comm:
-            cross = has & (nd != p_t) & (2 * p2p > pr.eta * c_fb[P_C])
-            n_cross += int(cross.sum())
-            okp &= ~cross
-        used2 = s_used[P_S].copy()
-        used2[np.arange(len(P_S)), p_t] += p_gsz
-        rem_t = inv[None, :] - used2
-        first = p_s == 0
-        rest_sum = np.zeros(len(P_S))
-        rest_max = np.zeros(len(P_S))
-        nf = np.flatnonzero(~first)
-        if len(nf):
-            gnf = p_g[nf]
-            remf = rem_t[nf]
-            snf = p_s[nf]
-            okn = remf.sum(axis=1) > 0
-            rem_cap = (remf * bd.cap_t[gnf]).sum(axis=1)
-            memb = bd.m_pre[gnf, snf] > rem_cap
-            n_mem += int((okn & memb).sum())
-            okn &= ~memb
-            fpp = batch.pp[gnf]
-            left = np.where(fpp > 0, fpp - k, batch.kmax[gnf] - k)
-            # device-seconds per second the rest can absorb: all remaining devices at their best rate,
-            # and no more than `left` stages of at most the largest stage each can take
-            big = (np.minimum(remf, bd.gmax_t[gnf]) * bd.inv_r[gnf]).max(axis=1)
-            eff = np.minimum((remf * bd.inv_r[gnf]).sum(axis=1), left * big)
-            okn &= (left > 0) & (eff > 0)
-            fixed_g = fpp > 0
-            if fixed_g.any():
-                # a fixed-depth (megatron) plan needs room for its remaining stages of this size
-                room = (remf // np.maximum(p_gsz[nf], 1)[:, None]).sum(axis=1)
-                okn &= ~fixed_g | (room >= left)
-            wrest = bd.w_pre[gnf, snf]
-            cap_t_rest = _capacity_unique(bd, gnf, snf, remf, G, N, inv)
-            memc = ~np.isfinite(cap_t_rest)
-            n_mem += int((okn & memc).sum())
-            okn &= ~memc
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rest_max[nf] = np.where(eff > 0, wrest / np.where(eff > 0, eff, 1.0), 0.0)
-                rest_max[nf] = np.maximum(rest_max[nf], np.where(memc, 0.0, cap_t_rest))
-                # the stages' times add up to at least the per-layer least times, and to at least the
-                # work over the largest stage the remaining devices can still form
-                rest_sum[nf] = np.maximum(
-                    bd.sum_pre[gnf, snf], np.where(big > 0, wrest / np.where(big > 0, big, 1.0), 0.0)
-                )
-            okp[nf] &= okn
-        pb = (
-            alpha[p_g] * (s_mt[P_S] + tau + rest_sum)
-            + beta[p_g] * np.maximum(np.maximum(s_mx[P_S], tau), rest_max)
-            + np.maximum(s_ms[P_S], sync)
-        )
-        badp = okp & (pb >= best.value)
-        n_bound += int(badp.sum())
-        okp &= ~badp
-        keepp = np.flatnonzero(okp)
-        P_S, P_C, p_row, p_g, p_s, p_t, p_gsz = (
-            P_S[keepp],
-            P_C[keepp],
-            p_row[keepp],
-            p_g[keepp],
-            p_s[keepp],
-            p_t[keepp],
-            p_gsz[keepp],
-        )
-        tau, sync, used2, rest_sum, rest_max, first = (
-            tau[keepp],
-            sync[keepp],
-            used2[keepp],
-            rest_sum[keepp],
-            rest_max[keepp],
-            first[keepp],
-        )
-        if len(P_S) == 0:
+        # complete plans first: they tighten the bound for the rest of the level
+        _complete(batch, lv, pairs, l_cnt, l_start, hist, best)
+        rest = np.flatnonzero(pairs["s"] > 0)
+        if len(rest) == 0 or k == kmax_all:
             break
-
-        # ---- 4. complete plans first (they tighten the bound for the rest of the level)
-        fi = np.flatnonzero(first)
-        if len(fi):
-            own, off = _ranges(l_cnt[P_S[fi]])
-            pair = fi[own]
-            li = l_start[P_S[pair]] + off
-            tot = l_tot[li] + tau[pair]
-            tmx = np.maximum(l_tmx[li], tau[pair])
-            smx = np.maximum(l_smx[li], sync[pair])
-            val = alpha[p_g[pair]] * tot + beta[p_g[pair]] * tmx + smx
-            order = np.argsort(val, kind="stable")
-            for j in order:
-                vj = float(val[j])
-                if vj >= best.second_value:
-                    break
-                pj = pair[j]
-                stages = [(int(p_row[pj]), 0, int(s_e[P_S[pj]]))]
-                stages += hist.walk(int(l_hist[li[j]]))
-                gidx = int(p_g[pj])
-                chain = Chain(
-                    tuple((batch.row_opt[r], s0, e0) for r, s0, e0 in stages),
-                    gidx,
-                    int(batch.vpp[gidx]),
-                )
-                best.offer(vj, chain, batch.subs[gidx])
-        nfp = np.flatnonzero(~first)
-        if len(nfp) == 0 or k == kmax_all:
-            break
-
         if clock.passed():
-            finish()
+            cnt.flush(counter)
             return False
-        # ---- 5. extend labels of the remaining pairs, chunk by chunk
-        P_S, p_row, p_g, p_s, p_t, p_gsz = P_S[nfp], p_row[nfp], p_g[nfp], p_s[nfp], p_t[nfp], p_gsz[nfp]
-        tau, sync, used2, rest_sum, rest_max = tau[nfp], sync[nfp], used2[nfp], rest_sum[nfp], rest_max[nfp]
-        # key of the state each pair leads to
-        gkey = np.where(batch.uniform[p_g], p_gsz, np.where(batch.small[p_row], 1, node[p_t]))
-        seen2 = s_seen[P_S] | (1 << p_t)
-        gk_max = int(batch.g.max()) + 1
-        cols = [p_g, p_s, *[used2[:, t] for t in range(T)], p_t, gkey, seen2]
-        radix = [G, N + 1, *[int(inv[t]) + 1 for t in range(T)], T, max(gk_max, int(node.max()) + 1), 1 << T]
-        key = _pack(cols, radix)
-        if key is None:
-            stack = np.stack(cols, axis=1)
-            _, key = np.unique(stack, axis=0, return_inverse=True)
-            key = key.astype(np.int64).ravel()
-        nl = l_cnt[P_S]
-        acc: list[tuple[np.ndarray, ...]] = []
-        acc_n = 0
-        bounds = np.r_[0, np.cumsum(nl)]
-        pos = 0
-        while pos < len(P_S):
-            end = int(np.searchsorted(bounds, bounds[pos] + CHUNK, side="right")) - 1
-            end = max(end, pos + 1)
-            sl = slice(pos, end)
-            pos = end
-            cnt_l = nl[sl]
-            own, off = _ranges(cnt_l)
-            pair = sl.start + own
-            li = l_start[P_S[pair]] + off
-            tp, sp = tau[pair], sync[pair]
-            # labels of a state are sorted by total: once one with tmax <= tau and smax <= sync is
-            # extended, the later such labels only give dominated results
-            flag = (l_tmx[li] <= tp) & (l_smx[li] <= sp)
-            cs = np.cumsum(flag)
-            run_start = (np.cumsum(cnt_l) - cnt_l)[own]  # chunk position of the pair's first label
-            keep_l = ~flag | (cs - (cs - flag)[run_start] == 1)
-            tot = l_tot[li] + tp
-            tmx = np.maximum(l_tmx[li], tp)
-            smx = np.maximum(l_smx[li], sp)
-            gp = p_g[pair]
-            lbv = alpha[gp] * (tot + rest_sum[pair]) + beta[gp] * np.maximum(tmx, rest_max[pair]) + smx
-            badl = keep_l & (lbv >= best.value)
-            n_bound += int(badl.sum())
-            keep_l &= ~badl
-            w = np.flatnonzero(keep_l)
-            acc.append((key[pair[w]], tot[w], tmx[w], smx[w], rest_max[pair[w]], pair[w], l_hist[li[w]]))
-            acc_n += len(w)
-            if acc_n > 4 * CHUNK and len(acc) > 1:
-                acc = [_front(acc, pr.pareto_eps, counter)]
-                acc_n = len(acc[0][0])
-        if not acc_n:
+        lv = _extend(batch, lv, {n: a[rest] for n, a in pairs.items()}, l_cnt, l_start, hist, best, cnt, counter)
+        if lv is None:
             break
-        before = acc_n
-        nk, ntot, ntmx, nsmx, _fl, npair, npar = _front(acc, pr.pareto_eps, counter)
-        n_pareto += before - len(nk)
-        # ---- 6. the next level's states and labels
-        hid = hist.add(p_row[npair], p_s[npair], s_e[P_S[npair]], npar)
-        newst = np.r_[True, nk[1:] != nk[:-1]]
-        first_lab = np.flatnonzero(newst)
-        l_st = np.cumsum(newst) - 1
-        fp = npair[first_lab]
-        s_grp = p_g[fp]
-        s_e = p_s[fp]
-        s_used = used2[fp]
-        s_nd = p_t[fp]
-        s_ng = gkey[fp]
-        s_seen = seen2[fp]
-        l_tot, l_tmx, l_smx, l_hist = ntot, ntmx, nsmx, hid
-    finish()
+    cnt.flush(counter)
     return True
+
+
+def _prune(batch: Batch, k: int, lv: _Level, best: Best, cnt: _Counts) -> _Level | None:
+    """Drop labels that can no longer beat the best plan: the layers still to place sit ``k`` or more
+    stages from the end and need at least the bounds of ``batch.bounds(k)``."""
+    bd = batch.bounds(k)
+    t_rest = capacity_bound(bd, lv.grp, lv.e, batch.inv[None, :] - lv.used)[lv.st]
+    g = lv.grp[lv.st]
+    with np.errstate(invalid="ignore"):
+        lb = batch.alpha[g] * (lv.tot + bd.sum_pre[g, lv.e[lv.st]]) + batch.beta[g] * np.maximum(lv.tmx, t_rest)
+    keep = (lb + lv.smx < best.value) & np.isfinite(t_rest)  # inf: the devices left cannot hold the layers
+    if keep.all():
+        return lv if len(lv.st) else None
+    cnt.bound += int((~keep).sum())
+    if not keep.any():
+        return None
+    return lv.keep_labels(keep)
+
+
+def _candidates(
+    batch: Batch, k: int, ge_keys: np.ndarray, ge_mins: list[np.ndarray], bd: Bounds, best: Best, cnt: _Counts
+) -> _Cands:
+    """Every (option, start) that can be the ``k``-th stage from the end for some state of each (group,
+    end): layer counts within the option's band and the family's depth rules, then its exact cost; it must
+    fit memory, start the pipeline with the first stage's DP, and not already lose to the best plan."""
+    N = batch.n_layers
+    pr = batch.subs[0].inst.pruning
+    st = batch.subs[0].inst.settings
+    alpha, beta = batch.alpha, batch.beta
+    lo_tot, lo_tmx, lo_smx = ge_mins
+    ge_g, ge_e = np.divmod(ge_keys, N + 1)
+    X, xoff = _ranges(batch.grp_hi[ge_g] - batch.grp_lo[ge_g])
+    row = batch.grp_lo[ge_g][X] + xoff
+    gi, e = ge_g[X], ge_e[X]
+    v = batch.vpp[gi]
+    n_lo = np.maximum(batch.lo[row], v)  # an interleaved stage holds a layer per virtual chunk
+    n_hi = np.minimum(batch.hi[row], e)
+    if k == 1 and batch.mtp > 1:
+        n_lo = np.where(v > 1, np.maximum(n_lo, v + batch.mtp - 1), n_lo)  # MTP in the last chunk
+    fixed_pp = batch.pp[gi]
+    # the last allowed stage must start at layer 0; a fixed depth leaves v layers per later stage
+    must_first = np.where(fixed_pp > 0, fixed_pp == k, batch.kmax[gi] == k)
+    capped = (fixed_pp == 0) & (batch.kmax[gi] == k) & batch.capped[gi] & (e > n_lo)
+    cnt.max_stages += int(capped.sum())
+    n_lo = np.where(must_first, np.maximum(n_lo, e), n_lo)
+    n_hi = np.where(fixed_pp > k, np.minimum(n_hi, e - (fixed_pp - k) * v), n_hi)
+    # prefilters (exact checks follow): the stage's time alone must not lose, its memory must fit
+    if math.isfinite(best.value):
+        tcap = (best.value - alpha[gi] * lo_tot[X] - lo_smx[X]) / (alpha[gi] + beta[gi])
+        tm = batch.tmin[row]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            n_t = np.where(tm > 0, np.floor(tcap / np.where(tm > 0, tm, 1.0)), N)
+        n_hi = np.minimum(n_hi, np.clip(n_t, -1, N).astype(np.int64))
+    pk = batch.present
+    mrow = batch.coef[row][:, pk, W] + batch.infl[gi, k][:, None] * batch.coef[row][:, pk, A]
+    mmin = mrow.min(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n_m = np.where(mmin > 0, np.floor((batch.cap[row] - batch.fixed[row]) / np.where(mmin > 0, mmin, 1.0)), N)
+    n_hi = np.minimum(n_hi, np.clip(n_m, -1, N).astype(np.int64))
+    C, coff = _ranges(np.maximum(n_hi - n_lo + 1, 0))
+    c_x, c_row, c_g, c_e = X[C], row[C], gi[C], e[C]
+    c_s = c_e - (n_lo[C] + coff)
+    # exact stage cost: layers of each kind times the option's per-kind coefficients, plus the edges
+    kc = batch.kind_count
+    vals = np.einsum("kn,nka->na", (kc[:, c_e] - kc[:, c_s]).astype(float), batch.coef[c_row])
+    first_on = c_s == 0
+    fr = batch.first[c_row]
+    vals += fr[:, :WORK] * first_on[:, None]
+    extra = batch.fixed[c_row] + fr[:, WORK] * first_on
+    if k == 1:
+        lr = batch.last[c_row]
+        vals += lr[:, :WORK]
+        extra = extra + lr[:, WORK]
+    fwd, bwd = vals[:, F], vals[:, B]
+    mem = vals[:, W] + batch.infl[c_g, k] * vals[:, A] + extra
+    rs = np.maximum(0.0, vals[:, RS] - bwd) if st.overlap_grad_reduce else vals[:, RS]
+    ag = np.maximum(0.0, vals[:, AG] - fwd) if st.overlap_param_gather else vals[:, AG]
+    c_sync = rs + ag + vals[:, OP]
+    c_tau = fwd + bwd
+    ok = mem <= batch.cap[c_row]
+    ok &= ~first_on | (batch.dp[c_row] == batch.first_dp[c_g])
+    lead = batch.lead[c_g]
+    if lead.any():  # interleaved: the first rank's first chunk holds the leading layers of another kind
+        vv = batch.vpp[c_g]
+        ok &= ~first_on | (vv <= 1) | (-(-(c_e - c_s) // vv) >= lead)
+    lb = (
+        alpha[c_g] * (lo_tot[c_x] + c_tau + bd.sum_pre[c_g, c_s])
+        + beta[c_g] * np.maximum(c_tau, lo_tmx[c_x])
+        + np.maximum(lo_smx[c_x], c_sync)
+    )
+    bad = lb >= best.value
+    cnt.bound += int((ok & bad).sum())
+    sel = np.flatnonzero(ok & ~bad)
+    if pr.min_recompute and len(sel):
+        # the cheapest recompute level that fits, per (group-end, shape, start)
+        sel = sel[np.lexsort((batch.level[c_row[sel]], c_s[sel], batch.shape[c_row[sel]], c_x[sel]))]
+        kx, ksh, ks = c_x[sel], batch.shape[c_row[sel]], c_s[sel]
+        head = np.r_[True, (kx[1:] != kx[:-1]) | (ksh[1:] != ksh[:-1]) | (ks[1:] != ks[:-1])]
+        cnt.min_recompute += int((~head).sum())
+        sel = sel[head]
+    key = c_x[sel] * len(batch.tg_t) + batch.tg[c_row[sel]]
+    o = np.argsort(key, kind="stable")
+    sel = sel[o]
+    return _Cands(c_row[sel], c_g[sel], c_s[sel], c_tau[sel], c_sync[sel], key[o])
+
+
+def _pairs(
+    batch: Batch,
+    k: int,
+    lv: _Level,
+    s_ge: np.ndarray,
+    cands: _Cands,
+    mins: list[np.ndarray],
+    bd: Bounds,
+    best: Best,
+    cnt: _Counts,
+) -> dict[str, np.ndarray] | None:
+    """(state, candidate) pairs the inventory and the family rules allow, with the stage time including
+    the boundary's p2p and lower bounds on what the layers still to place add; pairs that cannot beat the
+    best plan even from their state's best label are dropped."""
+    pr = batch.subs[0].inst.pruning
+    inv, node = batch.inv, batch.node
+    tt, gg = batch.tg_t[None, :], batch.tg_g[None, :]
+    # which (device type, stage size) classes each state may place next
+    rem = inv[batch.tg_t][None, :] - lv.used[:, batch.tg_t] - gg
+    valid = (rem >= 0) & aligned_vec(np.maximum(rem, 0), np.broadcast_to(gg, rem.shape), node[batch.tg_t][None, :])
+    cont = batch.contiguous[lv.grp][:, None]
+    if cont.any():  # hetero: a device type's stages are contiguous
+        valid &= ~(cont & ((lv.seen[:, None] >> tt) & 1).astype(bool) & (lv.nd[:, None] != tt))
+    uni = batch.uniform[lv.grp][:, None]
+    if uni.any():  # one stage size per device type
+        valid &= ~(uni & (lv.nd[:, None] == tt) & (lv.ng[:, None] != gg))
+    si, ti = np.nonzero(valid)
+    pkey = s_ge[si] * len(batch.tg_t) + ti
+    blo = np.searchsorted(cands.key, pkey, side="left")
+    own, off = _ranges(np.searchsorted(cands.key, pkey, side="right") - blo)
+    S, c = si[own], blo[own] + off
+    if len(S) == 0:
+        return None
+    row, grp, s = cands.row[c], lv.grp[S], cands.s[c]
+    typ, gsz = batch.typ[row], batch.g[row]
+    nd = lv.nd[S]
+    has = nd >= 0
+    p2p = np.zeros(len(S))
+    if has.any():
+        h = np.flatnonzero(has)
+        p2p[h] = batch.p2p_for(row[h], nd[h], (lv.ng[S[h]] < node[nd[h]]).astype(np.int64))
+    tau = cands.tau[c] + 2 * p2p
+    sync = cands.sync[c]
+    ok = np.ones(len(S), dtype=bool)
+    if pr.cross_type_comm:
+        cross = has & (nd != typ) & (2 * p2p > pr.eta * cands.tau[c])
+        cnt.cross_type_comm += int(cross.sum())
+        ok &= ~cross
+    used2 = lv.used[S].copy()
+    used2[np.arange(len(S)), typ] += gsz
+    rest_sum, rest_max = np.zeros(len(S)), np.zeros(len(S))
+    nf = np.flatnonzero(s > 0)
+    if len(nf):
+        okn, rest_sum[nf], rest_max[nf] = _rest(batch, k, grp[nf], s[nf], inv[None, :] - used2[nf], gsz[nf], bd, cnt)
+        ok[nf] &= okn
+    mt, mx, ms = (m[S] for m in mins)
+    pb = (
+        batch.alpha[grp] * (mt + tau + rest_sum)
+        + batch.beta[grp] * np.maximum(np.maximum(mx, tau), rest_max)
+        + np.maximum(ms, sync)
+    )
+    bad = ok & (pb >= best.value)
+    cnt.bound += int(bad.sum())
+    keep = np.flatnonzero(ok & ~bad)
+    if len(keep) == 0:
+        return None
+    out = {"S": S, "row": row, "grp": grp, "s": s, "typ": typ, "gsz": gsz, "tau": tau, "sync": sync}
+    out |= {"used2": used2, "rest_sum": rest_sum, "rest_max": rest_max}
+    return {n: a[keep] for n, a in out.items()}
+
+
+def _rest(
+    batch: Batch, k: int, grp: np.ndarray, s: np.ndarray, rem: np.ndarray, gsz: np.ndarray, bd: Bounds, cnt: _Counts
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For layers ``[0, s)`` still to place on ``rem`` devices per type: whether it is possible at all,
+    and lower bounds on the sum and on the largest of the remaining stages' times."""
+    ok = rem.sum(axis=1) > 0
+    memb = bd.m_pre[grp, s] > (rem * bd.cap_t[grp]).sum(axis=1)  # bytes needed vs capacity left
+    cnt.memory_bound += int((ok & memb).sum())
+    ok &= ~memb
+    fpp = batch.pp[grp]
+    left = np.where(fpp > 0, fpp - k, batch.kmax[grp] - k)
+    # device-seconds per second the rest can absorb: all remaining devices at their best rate, and no
+    # more than `left` stages of at most the largest stage each
+    big = (np.minimum(rem, bd.gmax_t[grp]) * bd.inv_r[grp]).max(axis=1)
+    eff = np.minimum((rem * bd.inv_r[grp]).sum(axis=1), left * big)
+    ok &= (left > 0) & (eff > 0)
+    fixed_g = fpp > 0
+    if fixed_g.any():  # a fixed-depth (megatron) plan needs room for its remaining stages of this size
+        ok &= ~fixed_g | ((rem // np.maximum(gsz, 1)[:, None]).sum(axis=1) >= left)
+    t_cap = _capacity_unique(bd, grp, s, rem, batch.n_groups, batch.n_layers, batch.inv)
+    memc = ~np.isfinite(t_cap)
+    cnt.memory_bound += int((ok & memc).sum())
+    ok &= ~memc
+    w = bd.w_pre[grp, s]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rest_max = np.maximum(np.where(eff > 0, w / np.where(eff > 0, eff, 1.0), 0.0), np.where(memc, 0.0, t_cap))
+        # the stages' times add up to at least the per-layer least times, and to at least the work
+        # over the largest stage the remaining devices can still form
+        rest_sum = np.maximum(bd.sum_pre[grp, s], np.where(big > 0, w / np.where(big > 0, big, 1.0), 0.0))
+    return ok, rest_sum, rest_max
+
+
+def _complete(
+    batch: Batch,
+    lv: _Level,
+    pairs: dict[str, np.ndarray],
+    l_cnt: np.ndarray,
+    l_start: np.ndarray,
+    hist: _History,
+    best: Best,
+) -> None:
+    """Offer the plans completed by pairs whose stage starts at layer 0, best first."""
+    fi = np.flatnonzero(pairs["s"] == 0)
+    if not len(fi):
+        return
+    S = pairs["S"]
+    own, off = _ranges(l_cnt[S[fi]])
+    pair = fi[own]
+    li = l_start[S[pair]] + off
+    g = pairs["grp"][pair]
+    tau, sync = pairs["tau"][pair], pairs["sync"][pair]
+    val = (
+        batch.alpha[g] * (lv.tot[li] + tau) + batch.beta[g] * np.maximum(lv.tmx[li], tau) + np.maximum(lv.smx[li], sync)
+    )
+    for j in np.argsort(val, kind="stable"):
+        vj = float(val[j])
+        if vj >= best.second_value:
+            break
+        pj = pair[j]
+        stages = [(int(pairs["row"][pj]), 0, int(lv.e[S[pj]])), *hist.walk(int(lv.hist[li[j]]))]
+        gidx = int(pairs["grp"][pj])
+        chain = Chain(tuple((batch.row_opt[r], s0, e0) for r, s0, e0 in stages), gidx, int(batch.vpp[gidx]))
+        best.offer(vj, chain, batch.subs[gidx])
+
+
+def _extend(
+    batch: Batch,
+    lv: _Level,
+    pairs: dict[str, np.ndarray],
+    l_cnt: np.ndarray,
+    l_start: np.ndarray,
+    hist: _History,
+    best: Best,
+    cnt: _Counts,
+    counter: PruneCounter,
+) -> _Level | None:
+    """Extend every label of each pair's state by the pair's stage (chunk by chunk), keep the labels that
+    can still win and each next state's Pareto front: the next level."""
+    pr = batch.subs[0].inst.pruning
+    T, N, G = len(batch.types), batch.n_layers, batch.n_groups
+    inv, node = batch.inv, batch.node
+    S, row, grp, s, typ, gsz = (pairs[n] for n in ("S", "row", "grp", "s", "typ", "gsz"))
+    tau, sync, used2, rest_sum, rest_max = (pairs[n] for n in ("tau", "sync", "used2", "rest_sum", "rest_max"))
+    # the state each pair leads to
+    gkey = np.where(batch.uniform[grp], gsz, np.where(batch.small[row], 1, node[typ]))
+    seen2 = lv.seen[S] | (1 << typ)
+    cols = [grp, s, *[used2[:, t] for t in range(T)], typ, gkey, seen2]
+    radix = [G, N + 1, *[int(inv[t]) + 1 for t in range(T)], T, int(max(batch.g.max(), node.max())) + 1, 1 << T]
+    key = _pack(cols, radix)
+    if key is None:
+        key = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].astype(np.int64).ravel()
+    nl = l_cnt[S]
+    bounds = np.r_[0, np.cumsum(nl)]
+    acc: list[tuple[np.ndarray, ...]] = []
+    acc_n = pos = 0
+    while pos < len(S):
+        end = max(int(np.searchsorted(bounds, bounds[pos] + CHUNK, side="right")) - 1, pos + 1)
+        cnt_l = nl[pos:end]
+        own, off = _ranges(cnt_l)
+        pair = pos + own
+        pos = end
+        li = l_start[S[pair]] + off
+        tp, sp = tau[pair], sync[pair]
+        # labels of a state are sorted by total: once one with tmax <= tau and smax <= sync is
+        # extended, the later such labels only give dominated results
+        flag = (lv.tmx[li] <= tp) & (lv.smx[li] <= sp)
+        cs = np.cumsum(flag)
+        run_start = (np.cumsum(cnt_l) - cnt_l)[own]  # chunk position of the pair's first label
+        keep = ~flag | (cs - (cs - flag)[run_start] == 1)
+        tot = lv.tot[li] + tp
+        tmx = np.maximum(lv.tmx[li], tp)
+        smx = np.maximum(lv.smx[li], sp)
+        g = grp[pair]
+        lb = batch.alpha[g] * (tot + rest_sum[pair]) + batch.beta[g] * np.maximum(tmx, rest_max[pair]) + smx
+        bad = keep & (lb >= best.value)
+        cnt.bound += int(bad.sum())
+        w = np.flatnonzero(keep & ~bad)
+        acc.append((key[pair[w]], tot[w], tmx[w], smx[w], rest_max[pair[w]], pair[w], lv.hist[li[w]]))
+        acc_n += len(w)
+        if acc_n > 4 * CHUNK and len(acc) > 1:
+            acc = [_front(acc, pr.pareto_eps, counter)]
+            acc_n = len(acc[0][0])
+    if not acc_n:
+        return None
+    nk, ntot, ntmx, nsmx, _fl, npair, npar = _front(acc, pr.pareto_eps, counter)
+    cnt.pareto += acc_n - len(nk)
+    hid = hist.add(row[npair], s[npair], lv.e[S[npair]], npar)
+    head = np.r_[True, nk[1:] != nk[:-1]]
+    fp = npair[np.flatnonzero(head)]
+    return _Level(grp[fp], s[fp], used2[fp], typ[fp], gkey[fp], seen2[fp], np.cumsum(head) - 1, ntot, ntmx, nsmx, hid)
 
 
 def _front(acc: list[tuple[np.ndarray, ...]], eps: float, counter: PruneCounter) -> tuple[np.ndarray, ...]:

@@ -124,6 +124,7 @@ class Batch:
     uniform: np.ndarray
     gmax: np.ndarray
     lead: np.ndarray  # interleaved: layers the first rank's first chunk must hold
+    mtp: int  # MTP layers of the model (the interleaved last stage keeps them in its last chunk)
     infl: np.ndarray  # (G, Kmax+1) in-flight multiplier of the k-th stage from the end
     kind_ix: np.ndarray  # (N,) kind index of every layer
     present: np.ndarray  # kind indices that occur
@@ -471,6 +472,7 @@ def build_batch(
         uniform=uniform,
         gmax=gmax,
         lead=lead,
+        mtp=sum(1 for x in kinds_seq if x == "mtp"),
         infl=infl,
         kind_ix=kind_ix,
         present=np.array(present, dtype=np.int64),
