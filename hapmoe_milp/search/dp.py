@@ -353,6 +353,9 @@ def solve_dp(
         out.sort(key=lambda i: (-i.samples_per_mb, i.vpp))
         return out
 
+    small = not (0 < pr.large_cluster < cluster.world_size)
+    refining = small and instances is None and pr.layer_band and pr.band_refine
+    megatron_free_done = False
     fams: list[tuple[Family, list[Instance] | None]]
     if instances is not None:
         given = sorted(instances, key=lambda i: (i.family != "megatron", -i.samples_per_mb, i.vpp))
@@ -375,6 +378,11 @@ def solve_dp(
         # all hetero instances in one vectorised batch (each level extends every instance's states)
         if fam == "megatron" and queue.parts:
             stopped = not _search_queue(queue, queue.sorted_all(), run, band=True, clock=clock, skip=early)
+            if not stopped and run.best.chain is None and refining:
+                # nothing inside the band: the band-free megatron pass (due in the refinement anyway) is
+                # cheap, and its plan bounds the hetero search, which without any bound searches it all
+                stopped = not _search_queue(queue, queue.sorted_all(), run, band=False, clock=clock)
+                megatron_free_done = not stopped
         if fam == "hetero" and hetero_subs:
             stopped = not _run(hetero_subs, run, band=True, clock=clock)
         if stopped:
@@ -383,8 +391,7 @@ def solve_dp(
     run.report("dp", run.batches, run.batches, force=True)
 
     refined = False
-    small = not (0 < pr.large_cluster < cluster.world_size)
-    if complete and small and instances is None and pr.layer_band and pr.band_refine:
+    if complete and refining:
         # The band is centred on estimated speeds and can cut the optimum when memory forces slower
         # options than the estimate assumed (or cut every plan that fits). Re-search without it, bounded
         # by the plan just found (which prunes most of the space) and by as much CPU time again as the
@@ -393,7 +400,7 @@ def solve_dp(
         spent = time.process_time() - c0
         refine = Clock(wall=clock.wall, cpu=time.process_time() + max(1.0, spent))
         ok = True
-        if queue.parts:
+        if queue.parts and not megatron_free_done:
             ok = _search_queue(queue, queue.sorted_all(), run, band=False, clock=refine)
         if ok and hetero_subs:
             ok = _run(hetero_subs, run, band=False, clock=refine)
