@@ -44,8 +44,10 @@ log = logging.getLogger(__name__)
 
 # megatron sub-problems per vectorised batch (each is a handful of options)
 MEGATRON_BATCH = 256
-# sub-problems of each megatron instance searched at once while there is no plan yet
+# megatron sub-problems searched at once while there is no plan yet, and after how many seconds of
+# queueing they are searched step by step rather than once everything is queued
 EARLY = 64
+EARLY_AFTER = 0.25
 # pruning rules that can cut the optimum when they fire (the others only remove what cannot win)
 INEXACT_RULES = ("min_recompute", "cross_type_comm", "pareto_eps", "max_stages", "large_cluster")
 
@@ -173,13 +175,13 @@ class _MegatronQueue:
             out = np.maximum(out, tt)
         return out
 
-    def _fits(self, inst: Instance, gi: np.ndarray, pdiv: np.ndarray, pp: np.ndarray, base: tuple) -> np.ndarray:
-        """Whether the main-kind layers can fit at all: the k-th stage from the end holds at most
-        ``cap / (w + in_flight(k) * a)`` of them on its best device type (fixed memory ignored), and a
+    def _room(self, inst: Instance, gi: np.ndarray, pdiv: np.ndarray, pp: np.ndarray, base: tuple) -> np.ndarray:
+        """How many times the main-kind layers fit at most (< 1: they cannot fit): the k-th stage from the
+        end holds at most ``(cap - work) / (w + in_flight(k) * a)`` of them on its best device type, and a
         deeper pipeline only adds stages, so the deepest allowed one holds the most."""
         _first, _tt, _gg, w, wt, ac, cap, n_main = base[:8]
         cap = cap - base[8]  # less the main kind's working set (part of every stage's fixed memory)
-        out = np.ones(len(gi), dtype=bool)
+        out = np.ones(len(gi))
         for p in np.unique(pdiv):
             sel = np.flatnonzero(pdiv == p)
             fixed_p = int(pp[sel[0]]) if len(sel) else 0
@@ -190,7 +192,7 @@ class _MegatronQueue:
                     per = cap[gi[sel]] / (wt[gi[sel]] + infl * ac[gi[sel]])
                 per = np.where(np.isfinite(w[gi[sel]]), np.nan_to_num(per, nan=np.inf), 0.0)
                 total += per.max(axis=1)
-            out[sel] = total >= n_main
+            out[sel] = total / max(1, n_main)
         return out
 
     def add(self, inst: Instance) -> np.ndarray:
@@ -225,9 +227,10 @@ class _MegatronQueue:
         with np.errstate(invalid="ignore"):
             lb = a * tt[gi] + b * np.maximum(tt[gi] / np.maximum(pdiv, 1), t_cap)
         lb[np.isinf(t_cap)] = np.inf  # the devices cannot hold the layers (even with beta = 0)
-        lb[~self._fits(inst, gi, pdiv, pp, base)] = np.inf
+        room = self._room(inst, gi, pdiv, pp, base)
+        lb[room < 1] = np.inf
         start = sum(len(p[0]) for p in self.parts)
-        self.parts.append((np.full(len(gi), ii, dtype=np.int64), first + gi, pp, lb))
+        self.parts.append((np.full(len(gi), ii, dtype=np.int64), first + gi, pp, lb, room))
         idx = np.arange(start, start + len(gi))
         return idx[np.argsort(lb, kind="stable")]
 
@@ -238,7 +241,7 @@ class _MegatronQueue:
         return np.argsort(self.arrays()[3], kind="stable")
 
     def sub(self, i: int, arrs: tuple[np.ndarray, ...]) -> SubProblem:
-        inst_i, grp, pp, lb = arrs
+        inst_i, grp, pp, lb = arrs[:4]
         return SubProblem(self.insts[int(inst_i[i])], self.groups[int(grp[i])], int(pp[i]), float(lb[i]))
 
 
@@ -317,29 +320,45 @@ def solve_dp(
             for rule, n in inst.counter.counts.items():
                 run.counter.add(rule, n)
         if inst.family == "megatron":
-            idx = queue.add(inst)
-            if pending and pending[0][0] != inst.samples_per_mb and not flush():
+            step_done = bool(queued) and queued[-1] != inst.samples_per_mb
+            # queueing is cheap on small clusters; on large ones it takes a while, so past EARLY_AFTER
+            # seconds without a plan each micro-batch step is searched as soon as it is queued
+            if step_done and time.perf_counter() - t_queue[0] > EARLY_AFTER and not flush():
                 return False
-            pending.append((inst.samples_per_mb, idx))
+            queue.add(inst)
+            queued.append(inst.samples_per_mb)
         else:
             hetero_subs.extend(SubProblem(inst, tuple(o)) for o in groups(inst).values())
         run.report("build", run.n_inst, 0)
         return True
 
-    pending: list[tuple[int, np.ndarray]] = []
+    queued: list[int] = []
+    t_queue = [t0]  # when queueing the current family started
 
     def flush() -> bool:
-        """While there is no plan yet, search the most promising few sub-problems of the micro-batch step
-        just queued (its plain and interleaved instances together)."""
-        idx = np.concatenate([i for _, i in pending]) if pending else np.zeros(0, dtype=np.int64)
-        pending.clear()
-        if run.best.chain is not None or not len(idx):
+        """While there is no plan yet, search the most promising few sub-problems queued so far."""
+        if run.best.chain is not None or not queue.parts:
             return True
-        lb = queue.arrays()[3]
-        first = idx[np.argsort(lb[idx], kind="stable")[:EARLY]]
-        first = first[np.isfinite(lb[first])]
+        arrs = queue.arrays()
+        idx = np.flatnonzero(np.isfinite(arrs[3]))
+        if early:
+            idx = idx[~np.isin(idx, np.fromiter(early, dtype=np.int64))]
+        if not len(idx):
+            return True
+        lb, room = arrs[3][idx], arrs[4][idx]
+        # half the most promising by bound, half those with the most memory to spare: a slow plan that
+        # fits still bounds everything after it, and the cheapest bounds often belong to plans that do not
+        by_lb = idx[np.argsort(lb, kind="stable")[: EARLY // 2]]
+        by_room = idx[np.argsort(-room, kind="stable")[: EARLY // 2]]
+        first = np.unique(np.concatenate([by_lb, by_room]))
+        first = first[np.argsort(arrs[3][first], kind="stable")]
         early.update(int(i) for i in first)
-        return _search_queue(queue, first, run, band=True, clock=clock)
+        if not _search_queue(queue, first, run, band=True, clock=clock):
+            return False
+        if run.best.chain is None and refining:
+            # the band-free pass searches these anyway; their plan bounds the banded search
+            return _search_queue(queue, first, run, band=False, clock=clock)
+        return True
 
     def family_instances(fam: Family) -> list[Instance] | None:
         """The family's instances, largest micro-batch step first (fewest micro-batches, usually the
@@ -367,6 +386,7 @@ def solve_dp(
         if todo is None:
             stopped = True
             break
+        t_queue[0] = time.perf_counter()
         for inst in todo:
             if run.out_of_time() or not take(inst):
                 stopped = True
