@@ -44,10 +44,11 @@ log = logging.getLogger(__name__)
 
 # megatron sub-problems per vectorised batch (each is a handful of options)
 MEGATRON_BATCH = 256
-# megatron sub-problems searched at once while there is no plan yet, and after how many seconds of
-# queueing they are searched step by step rather than once everything is queued
+# megatron sub-problems searched at once while there is no plan yet, and past how many queued ones they
+# are searched step by step rather than once everything is queued (a count, not a clock: same answer
+# on a loaded machine)
 EARLY = 64
-EARLY_AFTER = 0.25
+EARLY_AFTER = 20_000
 # pruning rules that can cut the optimum when they fire (the others only remove what cannot win)
 INEXACT_RULES = ("min_recompute", "cross_type_comm", "pareto_eps", "max_stages", "large_cluster")
 
@@ -321,9 +322,9 @@ def solve_dp(
                 run.counter.add(rule, n)
         if inst.family == "megatron":
             step_done = bool(queued) and queued[-1] != inst.samples_per_mb
-            # queueing is cheap on small clusters; on large ones it takes a while, so past EARLY_AFTER
-            # seconds without a plan each micro-batch step is searched as soon as it is queued
-            if step_done and time.perf_counter() - t_queue[0] > EARLY_AFTER and not flush():
+            # queueing is cheap on small clusters; on large ones (past EARLY_AFTER sub-problems) it takes
+            # a while, so without a plan each micro-batch step is searched as soon as it is queued
+            if step_done and sum(len(p[0]) for p in queue.parts) > EARLY_AFTER and not flush():
                 return False
             queue.add(inst)
             queued.append(inst.samples_per_mb)
@@ -333,7 +334,6 @@ def solve_dp(
         return True
 
     queued: list[int] = []
-    t_queue = [t0]  # when queueing the current family started
 
     def flush() -> bool:
         """While there is no plan yet, search the most promising few sub-problems queued so far."""
@@ -386,7 +386,6 @@ def solve_dp(
         if todo is None:
             stopped = True
             break
-        t_queue[0] = time.perf_counter()
         for inst in todo:
             if run.out_of_time() or not take(inst):
                 stopped = True
