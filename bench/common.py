@@ -6,11 +6,12 @@ one bench keeps the others' sections. Every section records the command that pro
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import shlex
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -71,3 +72,33 @@ def quiet_logging() -> None:
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+@contextlib.contextmanager
+def progress(total: int, description: str) -> Iterator[Callable[[str], None]]:
+    """A rich progress bar on stderr (scenario i/n, elapsed, time left) when stderr is a terminal; a no-op
+    otherwise, so logs and CI output stay plain. Yields ``step(label)``, to call after each scenario."""
+    if not sys.stderr.isatty():
+        yield lambda _label: None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda label: bar.update(task, advance=1, description=f"{description}: {label}")

@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from common import HETERO_CLUSTERS, command_line, fx, geomean, quiet_logging, table, update_section
+from common import HETERO_CLUSTERS, command_line, fx, geomean, progress, quiet_logging, table, update_section
 
 from hapmoe_milp.api import make_settings
 from hapmoe_milp.baselines import compare_against
@@ -74,6 +74,16 @@ def main() -> None:
     cat = Catalog()
     t_all = time.perf_counter()
     results: list[dict[str, Any]] = []
+    with progress(len(args.models) * len(args.clusters), "table 2") as step:
+        _run(args, cat, results, step)
+    total = time.perf_counter() - t_all
+    md = render(results, args, total)
+    print(md)
+    if not args.no_write:
+        update_section("table2", md)
+
+
+def _run(args: argparse.Namespace, cat: Catalog, results: list[dict[str, Any]], step: Any) -> None:
     for mname in args.models:
         model = cat.model(mname)
         for cname in args.clusters:
@@ -90,11 +100,7 @@ def main() -> None:
                 + f"  ({res['wall_s']:.1f} s)",
                 flush=True,
             )
-    total = time.perf_counter() - t_all
-    md = render(results, args, total)
-    print(md)
-    if not args.no_write:
-        update_section("table2", md)
+            step(f"{mname} {cname}")
 
 
 def render(results: list[dict[str, Any]], args: argparse.Namespace, total: float) -> str:

@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from common import TABLE3_CLUSTERS, command_line, fx, geomean, quiet_logging, table, update_section
+from common import TABLE3_CLUSTERS, command_line, fx, geomean, progress, quiet_logging, table, update_section
 
 from hapmoe_milp import api
 from hapmoe_milp.baselines import megatron_uniform, plan_summary
@@ -97,12 +97,14 @@ def main() -> None:
     cat = Catalog()
     t_all = time.perf_counter()
     res: list[dict[str, Any]] = []
-    for mname in args.models:
-        for cname in args.clusters:
-            r = run(mname, cname, cat, args.time_limit)
-            res.append(r)
-            tf, tu = _t(r["full"]), _t(r["uniform"])
-            print(f"{mname:10s} {cname:7s} full={fx(tf)} s uniform={fx(tu)} s ({r['wall_s']:.1f} s)", flush=True)
+    with progress(len(args.models) * len(args.clusters), "table 3") as step:
+        for mname in args.models:
+            for cname in args.clusters:
+                r = run(mname, cname, cat, args.time_limit)
+                res.append(r)
+                tf, tu = _t(r["full"]), _t(r["uniform"])
+                print(f"{mname:10s} {cname:7s} full={fx(tf)} s uniform={fx(tu)} s ({r['wall_s']:.1f} s)", flush=True)
+                step(f"{mname} {cname}")
     total = time.perf_counter() - t_all
     md = render(res, total)
     print(md)

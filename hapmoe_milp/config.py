@@ -2,18 +2,96 @@
 
 Parallel folding (Megatron-Core): attention runs on a TP x CP x DP grid and experts on an
 ETP x EP x EDP grid over the same ranks, so ``TP*CP*DP == ETP*EP*EDP == devices of the stage``.
+
+This module is also the one validation layer for run values: :class:`Settings` and
+:class:`ParallelConfig` check every field when they are built (``dataclasses.replace`` included), and
+raise :class:`~hapmoe_milp.errors.SettingsError` naming the field. Front ends (CLI flags, plan files,
+YAML presets, the Python API) never re-check a value; they re-raise the same error under their own
+name for it (``err.at(field="--seq")``), so a bad value reads the same wherever it came from.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Literal
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal
+
+from hapmoe_milp.errors import SettingsError
+from hapmoe_milp.limits import MAX_BATCH, MAX_DEVICES, MAX_IMBALANCE, MAX_SEQ_LENGTH, MAX_TIME_LIMIT_S
 
 RECOMPUTE_LEVELS = ("none", "selective", "full")
 Recompute = Literal["none", "selective", "full"]
 Family = Literal["megatron", "hetero"]
+FAMILIES: tuple[str, ...] = ("megatron", "hetero")
+PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
+DISPATCHERS: tuple[str, ...] = ("allgather", "alltoall", "flex")
 
 
+# ---------------------------------------------------------------------- value checks (one place)
+def check_int(name: str, v: Any, lo: int = 1, hi: int | None = None) -> int:
+    """An integer in ``[lo, hi]`` (bools are not integers here)."""
+    if type(v) is not int:
+        if isinstance(v, bool) or not hasattr(v, "__index__"):
+            if isinstance(v, float) and v.is_integer():
+                v = int(v)
+            else:
+                raise SettingsError(f"must be an integer, got {_show(v)}", field=name)
+        else:
+            v = int(v.__index__())
+    if v < lo or (hi is not None and v > hi):
+        if hi is None:
+            word = "a positive integer" if lo == 1 else f"an integer >= {lo}"
+        else:
+            word = f"an integer from {lo} to {hi:,}"
+        got = (
+            str(v) if abs(v) < 10**18 else ("a number with more than 18 digits" if v > 0 else "a huge negative number")
+        )
+        raise SettingsError(f"must be {word}, got {got}", field=name)
+    return v
+
+
+def _show(v: Any) -> str:
+    text = repr(v) if not isinstance(v, str | bytes | list | dict | tuple) or len(v) < 40 else f"<{type(v).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_float(name: str, v: Any, lo: float, hi: float, *, lo_open: bool = False, what: str = "a number") -> float:
+    """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        try:
+            v = float(v)  # numpy scalars
+        except (TypeError, ValueError):
+            raise SettingsError(f"must be {what}, got {_show(v)}", field=name) from None
+    try:
+        f = float(v)
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        raise SettingsError(f"must be a finite number, got {f}", field=name)
+    if f < lo or (lo_open and f == lo) or f > hi:
+        left = "(" if lo_open else "["
+        raise SettingsError(f"must be in {left}{lo:g}, {hi:g}], got {f:g}", field=name)
+    return f
+
+
+def check_choice(name: str, v: Any, choices: tuple[str, ...]) -> str:
+    if not isinstance(v, str) or v not in choices:
+        raise SettingsError(f"must be one of {', '.join(choices)}, got {_show(v)}", field=name)
+    return v
+
+
+def check_bool(name: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise SettingsError(f"must be true or false, got {_show(v)}", field=name)
+    return v
+
+
+def check_time_limit(v: Any, name: str = "time_limit") -> float:
+    """A solver time limit: positive and finite (0 is not 'no limit'; leave it unset for the default)."""
+    return check_float(name, v, 0.0, MAX_TIME_LIMIT_S, lo_open=True, what="a number of seconds")
+
+
+# ---------------------------------------------------------------------- parallel config
 @dataclass(frozen=True, order=True)
 class ParallelConfig:
     tp: int = 1
@@ -21,6 +99,12 @@ class ParallelConfig:
     dp: int = 1
     ep: int = 1
     etp: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "cp", "dp", "ep", "etp"):
+            v = getattr(self, name)
+            if type(v) is not int or v < 1 or v > MAX_DEVICES:
+                object.__setattr__(self, name, check_int(name, v, 1, MAX_DEVICES))
 
     @property
     def devices(self) -> int:
@@ -36,6 +120,7 @@ class ParallelConfig:
         return f"TP{self.tp} CP{self.cp} DP{self.dp} EP{self.ep} ETP{self.etp}"
 
 
+# ---------------------------------------------------------------------- run settings
 @dataclass(frozen=True)
 class Settings:
     """Everything about a run that is not the plan's layout.
@@ -62,5 +147,50 @@ class Settings:
     offload_host_GBps: float = 10.0
     offload_adam_params_per_s: float = 1.0e9
 
+    def __post_init__(self) -> None:
+        for name, v in _checked(self).items():
+            if v is not getattr(self, name):
+                object.__setattr__(self, name, v)
+
     def with_(self, **kw: object) -> Settings:
         return replace(self, **kw)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _checked(s: Settings) -> dict[str, Any]:
+    """Every field of ``s`` checked (and normalised: numpy scalars to int/float); raises SettingsError."""
+    out: dict[str, Any] = {
+        "seq_length": check_int("seq_length", s.seq_length, 1, MAX_SEQ_LENGTH),
+        "global_batch_size": check_int("global_batch_size", s.global_batch_size, 1, MAX_BATCH),
+        "micro_batch_size": check_int("micro_batch_size", s.micro_batch_size, 1, MAX_BATCH),
+        "precision": check_choice("precision", s.precision, PRECISIONS),
+        "imbalance": check_float("imbalance", s.imbalance, 1.0, MAX_IMBALANCE),
+        "dispatcher": check_choice("dispatcher", s.dispatcher, DISPATCHERS),
+        "memory_headroom": check_float("memory_headroom", s.memory_headroom, 0.0, 0.9),
+        "offload_host_GBps": check_float("offload_host_GBps", s.offload_host_GBps, 0.0, 1e6, lo_open=True),
+        "offload_adam_params_per_s": check_float(
+            "offload_adam_params_per_s", s.offload_adam_params_per_s, 0.0, 1e15, lo_open=True
+        ),
+    }
+    for name in ("distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather", "overlap_ep_comm"):
+        out[name] = check_bool(name, getattr(s, name))
+    out["optimizer_offload"] = check_bool("optimizer_offload", s.optimizer_offload)
+    if out["global_batch_size"] % out["micro_batch_size"]:
+        raise SettingsError(
+            f"{out['micro_batch_size']} does not divide the global batch size {out['global_batch_size']}",
+            field="micro_batch_size",
+        )
+    return out
+
+
+SETTINGS_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Settings))
+
+
+def settings_from_dict(d: dict[str, Any], base: Settings | None = None) -> Settings:
+    """Settings from a mapping of field -> value (unknown keys raise, missing keys keep ``base``'s)."""
+    unknown = sorted(set(map(str, d)) - set(SETTINGS_FIELDS))
+    if unknown:
+        raise SettingsError(f"unknown setting; known: {', '.join(SETTINGS_FIELDS)}", field=unknown[0])
+    return replace(base or Settings(), **d)

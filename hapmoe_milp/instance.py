@@ -164,21 +164,8 @@ class Instance:
 
     def make_plan(self, stages: tuple[Stage, ...]) -> Plan:
         """The plan of ``stages`` under this instance's settings: every solver builds its plans here, so
-        a plan always carries exactly what it was solved under."""
-        st = self.settings
-        return Plan(
-            model=self.model.name,
-            cluster=self.cluster.name,
-            family=self.family,
-            stages=stages,
-            global_batch_size=st.global_batch_size,
-            seq_length=st.seq_length,
-            micro_batch_size=st.micro_batch_size,
-            vpp=self.vpp,
-            precision=st.precision,
-            imbalance=st.imbalance,
-            dispatcher=st.dispatcher,
-        )
+        a plan always carries exactly what it was solved under (all settings, and both specs)."""
+        return Plan.from_settings(self.model, self.cluster, self.family, stages, self.settings, vpp=self.vpp)
 
     def p2p(self, src: Option, dst_device: str, dst_devices: int) -> float:
         return self.cost_model.p2p(src.device, src.cfg, src.b, dst_device, dst_devices)
@@ -207,12 +194,9 @@ class Instance:
                 ag += edge.ag
                 op += edge.opt
                 fixed += edge.work
-        st = self.settings
         infl = self.in_flight(from_end, pp)
-        y = (max(0.0, rs - bwd) if st.overlap_grad_reduce else rs) + (
-            max(0.0, ag - fwd) if st.overlap_param_gather else ag
-        )
-        return StageEval(fwd, bwd, p2p, fwd + bwd + 2 * p2p, w + infl * a + fixed, y + op)
+        y = self.cost_model.exposed_sync(opt.device, rs, ag, fwd, bwd, op)
+        return StageEval(fwd, bwd, p2p, fwd + bwd + 2 * p2p, w + infl * a + fixed, y)
 
 
 def _assign_bands(

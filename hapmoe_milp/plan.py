@@ -4,22 +4,43 @@ Micro-batch semantics follow FlagScale's heterogeneous meshes, which reduce to M
 stage has the same DP: one pipeline micro-batch step carries ``mbs * dp_0`` samples; stage ``i`` splits
 them over its ``dp_i`` replicas (``b_i = mbs * dp_0 / dp_i`` samples each), and there are
 ``M = GBS / (mbs * dp_0)`` micro-batches per iteration.
+
+A plan is self-contained: it carries every run setting it was solved under (``run_settings``, a full
+:class:`Settings`), and its file embeds the model spec and the cluster's structure with content hashes
+(format ``hapmoe-milp/plan/v2``), so ``estimate/export/validate --plan`` need nothing else and reproduce
+the solver's numbers exactly. Files of the older ``v1`` format, which lack the settings beyond batch,
+sequence, precision, imbalance and dispatcher, are refused with a message saying so.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hapmoe_milp.config import RECOMPUTE_LEVELS, Family, ParallelConfig, Recompute, Settings
-from hapmoe_milp.errors import PlanError, SpecError
-from hapmoe_milp.specs._fields import Fields, load_document
-from hapmoe_milp.specs.cluster import ClusterSpec
-from hapmoe_milp.specs.model import ModelSpec
+from hapmoe_milp.config import (
+    FAMILIES,
+    RECOMPUTE_LEVELS,
+    Family,
+    ParallelConfig,
+    Recompute,
+    Settings,
+    check_choice,
+    check_int,
+    settings_from_dict,
+)
+from hapmoe_milp.errors import HapmoeError, PlanError, SpecError
+from hapmoe_milp.fileio import dumps, write_text_atomic
+from hapmoe_milp.limits import MAX_LAYERS, MAX_VPP
+from hapmoe_milp.specs._fields import Fields, check_name, load_document, show
+from hapmoe_milp.specs.cluster import ClusterSpec, cluster_hash, cluster_to_dict, device_hash
+from hapmoe_milp.specs.model import ModelSpec, model_hash, model_to_dict
 
-PLAN_FORMAT = "hapmoe-milp/plan/v1"
+log = logging.getLogger(__name__)
+
+PLAN_FORMAT = "hapmoe-milp/plan/v2"
+OLD_FORMATS = ("hapmoe-milp/plan/v1",)
 
 
 @dataclass(frozen=True)
@@ -29,6 +50,16 @@ class Stage:
     layer_start: int
     layer_end: int
     recompute: Recompute = "none"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.device, str):
+            raise PlanError(f"must be a device id, got {show(self.device)}", field="device")
+        for name in ("layer_start", "layer_end"):
+            v = getattr(self, name)
+            if type(v) is not int or not 0 <= v <= MAX_LAYERS:
+                object.__setattr__(self, name, check_int(name, v, 0, MAX_LAYERS))
+        if self.recompute not in RECOMPUTE_LEVELS:
+            check_choice("recompute", self.recompute, RECOMPUTE_LEVELS)
 
     @property
     def devices(self) -> int:
@@ -41,6 +72,15 @@ class Stage:
 
 @dataclass(frozen=True)
 class Plan:
+    """A pipeline of stages plus the run it was planned for.
+
+    ``global_batch_size`` ... ``dispatcher`` are the settings most code reads directly; ``run_settings`` is
+    the complete :class:`Settings` the plan was solved under (optimizer offload, overlap switches, memory
+    headroom, ...). After construction ``run_settings`` always agrees with the direct fields (they win), so
+    there is one truth. ``model_spec``/``cluster_spec`` are the specs, when known, so the file can embed
+    them; they do not take part in equality.
+    """
+
     model: str
     cluster: str
     family: Family
@@ -54,6 +94,60 @@ class Plan:
     dispatcher: str = "alltoall"
     predicted: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     solver: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    run_settings: Settings | None = None
+    model_spec: ModelSpec | None = field(default=None, compare=False, hash=False, repr=False)
+    cluster_spec: ClusterSpec | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not isinstance(self.cluster, str):
+            raise PlanError("model and cluster must be names", field="model")
+        if self.family not in FAMILIES:
+            check_choice("family", self.family, FAMILIES)
+        stages = tuple(self.stages)
+        if not stages or not all(isinstance(st, Stage) for st in stages):
+            raise PlanError("must be a non-empty sequence of stages", field="stages")
+        object.__setattr__(self, "stages", stages)
+        object.__setattr__(self, "vpp", check_int("vpp", self.vpp, 1, MAX_VPP))
+        base = self.run_settings if self.run_settings is not None else Settings()
+        run = base.with_(
+            seq_length=self.seq_length,
+            global_batch_size=self.global_batch_size,
+            micro_batch_size=self.micro_batch_size,
+            precision=self.precision,
+            imbalance=self.imbalance,
+            dispatcher=self.dispatcher,
+        )
+        object.__setattr__(self, "run_settings", run)
+        for name in ("seq_length", "global_batch_size", "micro_batch_size", "precision", "imbalance", "dispatcher"):
+            object.__setattr__(self, name, getattr(run, name))  # normalised by the settings layer
+
+    @classmethod
+    def from_settings(
+        cls,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        family: Family,
+        stages: tuple[Stage, ...],
+        settings: Settings,
+        vpp: int = 1,
+    ) -> Plan:
+        """The plan of ``stages`` under ``settings``, carrying both specs (what a solver returns)."""
+        return cls(
+            model=model.name,
+            cluster=cluster.name,
+            family=family,
+            stages=tuple(stages),
+            global_batch_size=settings.global_batch_size,
+            seq_length=settings.seq_length,
+            micro_batch_size=settings.micro_batch_size,
+            vpp=vpp,
+            precision=settings.precision,
+            imbalance=settings.imbalance,
+            dispatcher=settings.dispatcher,
+            run_settings=settings,
+            model_spec=model,
+            cluster_spec=cluster,
+        )
 
     # ------------------------------------------------------------------ derived
     @property
@@ -82,14 +176,39 @@ class Plan:
         return out
 
     def settings(self, base: Settings | None = None) -> Settings:
-        b = base or Settings()
-        return b.with_(
+        """The settings to evaluate the plan under: the ones it was solved under, or -- when ``base`` is
+        given -- ``base`` with the plan's batch, sequence, precision, imbalance and dispatcher."""
+        if base is None:
+            assert self.run_settings is not None
+            return self.run_settings
+        return base.with_(
             seq_length=self.seq_length,
             global_batch_size=self.global_batch_size,
             micro_batch_size=self.micro_batch_size,
             precision=self.precision,
             imbalance=self.imbalance,
             dispatcher=self.dispatcher,
+        )
+
+    def with_settings(self, settings: Settings) -> Plan:
+        """The same stages under other run settings (batch fields included)."""
+        return replace(
+            self,
+            run_settings=settings,
+            global_batch_size=settings.global_batch_size,
+            seq_length=settings.seq_length,
+            micro_batch_size=settings.micro_batch_size,
+            precision=settings.precision,
+            imbalance=settings.imbalance,
+            dispatcher=settings.dispatcher,
+        )
+
+    def with_specs(self, model: ModelSpec | None, cluster: ClusterSpec | None) -> Plan:
+        """The plan with the specs it belongs to attached (for embedding them in its file)."""
+        return replace(
+            self,
+            model_spec=model if model is not None else self.model_spec,
+            cluster_spec=cluster if cluster is not None else self.cluster_spec,
         )
 
     def layer_counts(self) -> list[int]:
@@ -135,20 +254,30 @@ class Plan:
         return out
 
     # ------------------------------------------------------------------ JSON
+    def identity(self) -> dict[str, Any]:
+        """``model`` and ``cluster`` blocks of the file: name, content hash and the spec when known."""
+        model: dict[str, Any] = {"name": self.model}
+        if self.model_spec is not None:
+            model["sha256"] = model_hash(self.model_spec)
+            model["spec"] = model_to_dict(self.model_spec)
+        cluster: dict[str, Any] = {"name": self.cluster}
+        if self.cluster_spec is not None:
+            cs = self.cluster_spec
+            cluster["sha256"] = cluster_hash(cs)
+            cluster["spec"] = cluster_to_dict(cs)
+            cluster["devices"] = {did: device_hash(cs.device(did)) for did in cs.device_types}
+        return {"model": model, "cluster": cluster}
+
     def to_dict(self) -> dict[str, Any]:
+        ident = self.identity()
         return {
             "format": PLAN_FORMAT,
-            "model": self.model,
-            "cluster": self.cluster,
+            "model": ident["model"],
+            "cluster": ident["cluster"],
             "family": self.family,
-            "global_batch_size": self.global_batch_size,
-            "seq_length": self.seq_length,
-            "micro_batch_size": self.micro_batch_size,
-            "num_microbatches": self.num_microbatches,
+            "settings": self.settings().to_dict(),
             "vpp": self.vpp,
-            "precision": self.precision,
-            "imbalance": self.imbalance,
-            "dispatcher": self.dispatcher,
+            "num_microbatches": self.num_microbatches,
             "stages": [
                 {
                     "device": s.device,
@@ -165,36 +294,103 @@ class Plan:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+        """Strict JSON (no NaN or Infinity: a bound that does not exist is null)."""
+        return dumps(self.to_dict(), indent=2)
 
-    def write(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
+    def write(self, path: str | Path, *, field: str = "--out") -> Path:
+        """Write the plan file atomically (all or nothing)."""
+        return write_text_atomic(path, self.to_json() + "\n", field=field)
 
     def with_predicted(self, predicted: dict[str, Any], solver: dict[str, Any] | None = None) -> Plan:
         return replace(self, predicted=predicted, solver=solver if solver is not None else self.solver)
 
 
-def plan_from_dict(doc: dict[str, Any], source: str) -> Plan:
+# ---------------------------------------------------------------------- reading plan files
+def _settings_from(f: Fields) -> Settings:
+    sf = f.sub("settings")
+    assert sf is not None
+    doc = dict(sf.doc)
+    try:
+        return settings_from_dict(doc)
+    except HapmoeError as exc:
+        raise exc.at(source=f.source, field=f"settings.{exc.field}") from None
+
+
+def _config_from(sf: Fields) -> ParallelConfig:
+    try:
+        return ParallelConfig(
+            tp=sf.int_("tp", minimum=None),
+            cp=sf.int_("cp", 1, minimum=None),
+            dp=sf.int_("dp", minimum=None),
+            ep=sf.int_("ep", 1, minimum=None),
+            etp=sf.int_("etp", 1, minimum=None),
+        )
+    except HapmoeError as exc:
+        if exc.source is not None:
+            raise
+        raise exc.at(source=sf.source, field=sf.path(exc.field or "")) from None
+
+
+def _identity(f: Fields, key: str) -> tuple[str, dict[str, Any] | None, str | None, dict[str, str]]:
+    """(name, embedded spec, sha256, device hashes) of the ``model`` or ``cluster`` block."""
+    v = f.raw(key)
+    if isinstance(v, str):  # a name only (a plan written without its specs)
+        return check_name(v, f.source, key), None, None, {}
+    blk = f.sub(key)
+    assert blk is not None
+    name = check_name(blk.str_("name"), f.source, f"{key}.name")
+    spec = blk.raw("spec", None)
+    if spec is not None and not isinstance(spec, dict):
+        raise blk.err("spec", f"must be a mapping, got {type(spec).__name__}")
+    sha = blk.str_("sha256", None)
+    devices: dict[str, str] = {}
+    if key == "cluster":
+        dv = blk.raw("devices", {})
+        if not isinstance(dv, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in dv.items()):
+            raise blk.err("devices", "must map device ids to content hashes")
+        devices = dict(dv)
+    blk.reject_unknown()
+    return name, spec, sha, devices
+
+
+def plan_from_dict(doc: dict[str, Any], source: str, catalog: Any = None) -> Plan:
+    """Read a plan document; ``catalog`` (a :class:`~hapmoe_milp.specs.Catalog`) resolves the device
+    tables of an embedded cluster. Every problem is a SpecError/PlanError naming the file and field."""
     f = Fields(doc, source)
     fmt = f.str_("format", PLAN_FORMAT)
-    if fmt != PLAN_FORMAT:
-        raise f.err("format", f"unsupported plan format {fmt!r} (expected {PLAN_FORMAT})")
-    stages: list[Stage] = []
-    for i, sd in enumerate(f.list_("stages")):
-        sf = Fields(sd, source, f"stages[{i}]")
-        cfg = ParallelConfig(
-            tp=sf.int_("tp"), cp=sf.int_("cp", 1), dp=sf.int_("dp"), ep=sf.int_("ep", 1), etp=sf.int_("etp", 1)
+    if fmt in OLD_FORMATS:
+        raise f.err(
+            "format",
+            f"{fmt} plan files do not record the settings they were solved under (optimizer offload, overlap "
+            "switches, memory headroom), so their estimate and export could differ from the solve; re-run "
+            "`hapmoe-milp solve ... --out` to write a v2 plan",
         )
+    if fmt != PLAN_FORMAT:
+        raise f.err("format", f"unsupported plan format {show(fmt)} (expected {PLAN_FORMAT})")
+    model_name, model_doc, model_sha, _ = _identity(f, "model")
+    cluster_name, cluster_doc, cluster_sha, device_shas = _identity(f, "cluster")
+    settings = _settings_from(f)
+    raw_stages = f.list_("stages")
+    if not raw_stages:
+        raise f.err("stages", "must list at least one stage")
+    if len(raw_stages) > MAX_LAYERS:
+        raise f.err("stages", f"{len(raw_stages):,} stages exceed the supported maximum of {MAX_LAYERS:,}")
+    stages: list[Stage] = []
+    for i, sd in enumerate(raw_stages):
+        sf = Fields(sd, source, f"stages[{i}]")
+        cfg = _config_from(sf)
         layers = sf.list_("layers")
         if len(layers) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers):
-            raise sf.err("layers", f"must be [start, end) as two integers, got {layers!r}")
+            raise sf.err("layers", f"must be [start, end) as two integers, got {show(layers)}")
+        if not 0 <= layers[0] <= layers[1] <= MAX_LAYERS:
+            raise sf.err("layers", f"must be 0 <= start <= end <= {MAX_LAYERS:,}, got {show(layers)}")
         sf.raw("ranks", None)  # derived (rank_ranges); checked below
         devices = sf.int_("devices", cfg.devices)
         if devices != cfg.devices:
             raise sf.err("devices", f"is {devices} but tp*cp*dp = {cfg.devices}")
         stages.append(
             Stage(
-                device=sf.str_("device"),
+                device=check_name(sf.str_("device"), source, sf.path("device")),
                 cfg=cfg,
                 layer_start=layers[0],
                 layer_end=layers[1],
@@ -202,27 +398,38 @@ def plan_from_dict(doc: dict[str, Any], source: str) -> Plan:
             )
         )
         sf.reject_unknown()
-    if not stages:
-        raise f.err("stages", "must list at least one stage")
-    plan = Plan(
-        model=f.str_("model"),
-        cluster=f.str_("cluster"),
-        family=f.choice("family", ("megatron", "hetero")),
-        stages=tuple(stages),
-        global_batch_size=f.int_("global_batch_size"),
-        seq_length=f.int_("seq_length"),
-        micro_batch_size=f.int_("micro_batch_size"),
-        vpp=f.int_("vpp", 1),
-        precision=f.choice("precision", ("bf16", "fp8"), "bf16"),
-        imbalance=f.float_("imbalance", 1.0),
-        dispatcher=f.choice("dispatcher", ("allgather", "alltoall", "flex"), "alltoall"),
-        predicted=dict(f.raw("predicted", {}) or {}),
-        solver=dict(f.raw("solver", {}) or {}),
-    )
-    for i, (sd, rr) in enumerate(zip(f.list_("stages"), plan.rank_ranges(), strict=True)):
-        ranks = sd.get("ranks") if isinstance(sd, dict) else None
-        if ranks is not None and list(ranks) != list(rr):
-            raise SpecError(f"is {ranks!r}, stage order implies {list(rr)}", source=source, field=f"stages[{i}].ranks")
+    predicted = f.raw("predicted", {})
+    solver = f.raw("solver", {})
+    for key, val in (("predicted", predicted), ("solver", solver)):
+        if not isinstance(val, dict):
+            raise f.err(key, f"must be a mapping, got {type(val).__name__}")
+    try:
+        plan = Plan(
+            model=model_name,
+            cluster=cluster_name,
+            family=f.choice("family", FAMILIES),
+            stages=tuple(stages),
+            global_batch_size=settings.global_batch_size,
+            seq_length=settings.seq_length,
+            micro_batch_size=settings.micro_batch_size,
+            vpp=f.int_("vpp", 1, maximum=MAX_VPP),
+            precision=settings.precision,
+            imbalance=settings.imbalance,
+            dispatcher=settings.dispatcher,
+            predicted=dict(predicted),
+            solver=dict(solver),
+            run_settings=settings,
+        )
+    except HapmoeError as exc:
+        if exc.source is not None:
+            raise
+        raise exc.at(source=source, field=exc.field) from None
+    for i, (sd, rr) in enumerate(zip(raw_stages, plan.rank_ranges(), strict=True)):
+        ranks = sd.get("ranks")
+        if ranks is not None and (not isinstance(ranks, list) or list(ranks) != list(rr)):
+            raise SpecError(
+                f"is {show(ranks)}, stage order implies {list(rr)}", source=source, field=f"stages[{i}].ranks"
+            )
     m = f.int_("num_microbatches", None)
     f.reject_unknown()
     if m is not None and plan.global_batch_size % plan.samples_per_microbatch == 0 and m != plan.num_microbatches:
@@ -231,11 +438,64 @@ def plan_from_dict(doc: dict[str, Any], source: str) -> Plan:
             source=source,
             field="num_microbatches",
         )
-    return plan
+    model_spec = _embedded_model(model_doc, model_name, model_sha, source)
+    cluster_spec = _embedded_cluster(cluster_doc, cluster_name, cluster_sha, device_shas, source, catalog)
+    return plan.with_specs(model_spec, cluster_spec)
 
 
-def load_plan(path: str | Path) -> Plan:
-    return plan_from_dict(load_document(path), str(path))
+def _embedded_model(doc: dict[str, Any] | None, name: str, sha: str | None, source: str) -> ModelSpec | None:
+    if doc is None:
+        return None
+    from hapmoe_milp.specs.model import model_from_dict
+
+    m = model_from_dict(doc, f"{source}: model.spec")
+    if m.name != name:
+        raise SpecError(f"spec names {m.name!r}, the plan names {name!r}", source=source, field="model.spec.name")
+    if sha is not None and model_hash(m) != sha:
+        raise SpecError(
+            f"is {sha} but the embedded spec hashes to {model_hash(m)} (was the file edited?)",
+            source=source,
+            field="model.sha256",
+        )
+    return m
+
+
+def _embedded_cluster(
+    doc: dict[str, Any] | None,
+    name: str,
+    sha: str | None,
+    device_shas: dict[str, str],
+    source: str,
+    catalog: Any,
+) -> ClusterSpec | None:
+    if doc is None:
+        return None
+    from hapmoe_milp.specs.catalog import Catalog
+    from hapmoe_milp.specs.cluster import cluster_from_dict
+
+    cat = catalog if catalog is not None else Catalog()
+    c = cluster_from_dict(doc, f"{source}: cluster.spec", cat.device)
+    if c.name != name:
+        raise SpecError(f"spec names {c.name!r}, the plan names {name!r}", source=source, field="cluster.spec.name")
+    changed = [did for did in c.device_types if did in device_shas and device_hash(c.device(did)) != device_shas[did]]
+    if changed:
+        log.warning(
+            "%s: device table(s) %s differ from the ones this plan was solved with; estimates use the current "
+            "tables and may differ from the plan's predicted numbers",
+            source,
+            ", ".join(changed),
+        )
+    elif sha is not None and cluster_hash(c) != sha:
+        raise SpecError(
+            f"is {sha} but the embedded cluster hashes to {cluster_hash(c)} (was the file edited?)",
+            source=source,
+            field="cluster.sha256",
+        )
+    return c
+
+
+def load_plan(path: str | Path, catalog: Any = None) -> Plan:
+    return plan_from_dict(load_document(path), str(path), catalog)
 
 
 # ---------------------------------------------------------------------- invariants
@@ -255,8 +515,11 @@ def check_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, source: str =
             raise bad(f"{fld}.layers", f"end {s.layer_end} is before start {s.layer_start}")
         pos = s.layer_end
         if s.device not in cluster.inventory:
-            raise bad(f"{fld}.device", f"device type {s.device!r} is not in cluster {cluster.name}")
-        check_config(s.cfg, model, plan, cluster.node_size(s.device), f"{fld}")
+            raise bad(f"{fld}.device", f"device type {show(s.device)} is not in cluster {cluster.name}")
+        try:
+            check_config(s.cfg, model, plan, cluster.node_size(s.device), f"{fld}")
+        except PlanError as exc:
+            raise exc.at(source=source, field=exc.field) from None
         if plan.samples_per_microbatch % s.cfg.dp:
             raise bad(
                 f"{fld}.dp",
@@ -300,6 +563,13 @@ def check_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, source: str =
             raise bad("vpp", "virtual pipeline stages need pipeline size > 1")
         if plan.num_microbatches % plan.pp:
             raise bad("vpp", f"interleaved 1F1B needs num_microbatches ({plan.num_microbatches}) divisible by pp")
+        thin = min(range(plan.pp), key=lambda i: plan.stages[i].num_layers)
+        if plan.stages[thin].num_layers < plan.vpp:
+            raise bad(
+                "vpp",
+                f"{plan.vpp} virtual chunks per stage, but stage {thin} holds only {plan.stages[thin].num_layers} "
+                "layer(s); every chunk needs at least one",
+            )
     if plan.family == "megatron":
         first = plan.stages[0]
         for i, s in enumerate(plan.stages):

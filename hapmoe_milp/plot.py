@@ -96,7 +96,7 @@ def simulate_plan(
     totals = plan_stage_totals(CostModel(m, c, st), plan)
     delays = [0.0] + [t.p2p_out for t in totals[:-1]]
     tl = simulate([t.fwd for t in totals], [t.bwd for t in totals], delays, plan.num_microbatches, plan.vpp)
-    sync = tuple(t.sync_exposed(st.overlap_grad_reduce, st.overlap_param_gather) for t in totals)
+    sync = tuple(t.sync for t in totals)
     return Schedule(tl, tuple(totals), sync, plan.num_microbatches, max(1, plan.vpp))
 
 

@@ -70,6 +70,18 @@ def kv_table(title: str, d: dict[str, Any]) -> Table:
     return t
 
 
+BREAKDOWN_LEGEND = (
+    "Exposed time only: communication hidden behind compute (overlap) is not counted again; bubble = "
+    "pipeline fill/drain plus waiting on slower stages."
+)
+STAGES_LEGEND = (
+    "Stages in pipeline order. stage ms = forward + backward + pipeline sends of one micro-batch; "
+    "* = the bottleneck, the slowest stage, which sets the 1F1B rate. megatron family = one mesh shape for "
+    "every stage (upstream Megatron-LM); hetero = a mesh per stage (FlagScale). mem/cap = peak memory per "
+    "device / usable capacity, GiB."
+)
+
+
 def stages_table(stages: list[dict[str, Any]], title: str = "Plan") -> Table:
     t = Table(title=title)
     for col in (
@@ -83,7 +95,7 @@ def stages_table(stages: list[dict[str, Any]], title: str = "Plan") -> Table:
         "ETP",
         "layers",
         "recompute",
-        "fwd+bwd ms",
+        "stage ms",
         "mem/cap GiB",
     ):
         t.add_column(col, justify="right" if col not in ("device", "recompute") else "left")
@@ -100,7 +112,7 @@ def stages_table(stages: list[dict[str, Any]], title: str = "Plan") -> Table:
             str(s["etp"]),
             f"{s['layers']} [{s['layer_range'][0]},{s['layer_range'][1]})",
             s["recompute"],
-            f"{1e3 * (s['forward_s'] + s['backward_s']):.1f}{mark}",
+            f"{1e3 * s['stage_time_s']:.1f}{mark}",
             f"{s['memory_gib']:.1f}/{s['capacity_gib']:.1f}",
         )
     return t
@@ -115,7 +127,7 @@ def summary_line(pred: dict[str, Any]) -> str:
 
 
 def breakdown_table(bd: dict[str, float]) -> Table:
-    t = Table(title="Breakdown of the bottleneck stage (s per iteration)")
+    t = Table(title="Bottleneck stage: seconds per iteration")
     t.add_column("term")
     t.add_column("seconds", justify="right")
     for k, v in bd.items():
@@ -125,3 +137,91 @@ def breakdown_table(bd: dict[str, float]) -> Table:
 
 def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, soft_wrap=False, width=160)
+
+
+def solver_line(sol: Any) -> str:
+    gap = sol.gap
+    text = f"solver {sol.solver}: {sol.status}, objective {sol.objective_s:.4f} s"
+    if gap == gap:
+        text += f", bound {sol.bound_s:.4f} s, gap {100 * gap:.2f}%"
+    return text + f", {sol.wall_s:.2f} s"
+
+
+def baselines_table(rep: dict[str, Any], title: str) -> Table:
+    t = Table(title=title)
+    for col in ("method", "iteration s", "tokens/s", "MFU", "throughput x", "MFU x", "latency x", "plan"):
+        t.add_column(col)
+
+    def f(v: Any, fmt: str) -> str:
+        return format(v, fmt) if isinstance(v, int | float) and v == v else "-"
+
+    for r in rep["rows"]:
+        t.add_row(
+            str(r.get("method")),
+            f(r.get("iteration_time_s"), ".3f"),
+            f(r.get("tokens_per_s"), ",.0f"),
+            f(r.get("mfu"), ".1%"),
+            f(r.get("throughput_ratio"), ".2f"),
+            f(r.get("mfu_ratio"), ".2f"),
+            f(r.get("latency_ratio"), ".2f"),
+            str(r.get("plan", ""))[:60],
+        )
+    return t
+
+
+def best_mixes_table(best: list[dict[str, Any]], summary: Any) -> Table:
+    t = Table(title=f"Best mixes ({summary.ok} ok, {summary.errors} errors, {summary.skipped} resumed)")
+    for col in ("model", "metric", "cluster", "composition", "value", "tokens/s", "devices"):
+        t.add_column(col)
+    for r in best:
+        t.add_row(
+            r["model"],
+            r["label"],
+            r["cluster"],
+            r["composition"],
+            f"{r['value']:,.4g}",
+            f"{r['tokens_per_s']:,.0f}",
+            str(r["devices"]),
+        )
+    return t
+
+
+def params_table(params: Any, title: str) -> Table:
+    t = Table(title=title)
+    for col in ("term", "unit", "start", "fitted", "bounds", "at bound"):
+        t.add_column(col, justify="right" if col in ("start", "fitted") else "left")
+    for p in params:
+        t.add_row(p.name, p.unit, f"{p.start:.4g}", f"{p.value:.4g}", f"[{p.lo:g}, {p.hi:g}]", p.at_bound or "")
+    return t
+
+
+def calibration_runs_table(before: Any, after: Any, loo: Any) -> Table:
+    t = Table(title="runs: step-time error (predicted - measured) / measured")
+    for col in ("run", "measured s", "before", "after", *(("leave-one-out",) if loo else ())):
+        t.add_column(col, justify="left" if col == "run" else "right")
+    for i, (b, e) in enumerate(zip(before, after, strict=True)):
+        row = [b.id, f"{b.measured_s:.4g}", f"{b.error:+.1%}", f"{e:+.1%}"]
+        if loo:
+            row.append(f"{loo[i]:+.1%}")
+        t.add_row(*row)
+    return t
+
+
+def fidelity_table(results: Any) -> Table:
+    t = Table(title="predicted vs measured (s per iteration)")
+    for col in ("run", "devices", "measured", "predicted", "error", "fits", "memory error", "largest terms"):
+        t.add_column(col, justify="right" if col in ("measured", "predicted", "error", "memory error") else "left")
+    for r in results:
+        top = sorted(((v, k) for k, v in r.breakdown.items() if v > 0), reverse=True)[:3]
+        terms = ", ".join(f"{k} {v:.3g}" for v, k in top)
+        t.add_row(
+            r.id,
+            "+".join(r.devices),
+            f"{r.measured_s:.4g}",
+            f"{r.predicted_s:.4g}",
+            f"{r.error:+.1%}",
+            "yes" if r.fits else "no",
+            "-" if r.memory_error is None else f"{r.memory_error:+.1%}",
+            terms,
+        )
+    return t

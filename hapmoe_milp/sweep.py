@@ -34,8 +34,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from hapmoe_milp.config import Settings
+from hapmoe_milp.config import Settings, check_time_limit
 from hapmoe_milp.errors import HapmoeError
+from hapmoe_milp.fileio import check_output_dir
+from hapmoe_milp.limits import MAX_DEVICES, MAX_MIX_COUNTS, MAX_SWEEP_CASES
 from hapmoe_milp.specs.catalog import Catalog
 from hapmoe_milp.specs.cluster import INLINE_RE, ClusterSpec, parse_inline
 from hapmoe_milp.specs.device import DeviceSpec
@@ -140,6 +142,8 @@ def _settings_list(grid: Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any
             if not vals:
                 raise HapmoeError("has no values", field=f"settings.{k}")
             values.append(vals)
+        if math.prod(len(v) for v in values) > MAX_SWEEP_CASES:
+            raise HapmoeError(f"the settings grid exceeds {MAX_SWEEP_CASES:,} combinations", field="settings")
         return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
     out = [dict(g) for g in grid]
     return out or [{}]
@@ -158,6 +162,13 @@ def cases_from_clusters(
     if not clusters:
         raise HapmoeError("needs at least one cluster", field="--clusters")
     grid = _settings_list(settings_grid)
+    n = len(models) * len(clusters) * len(grid)
+    if n > MAX_SWEEP_CASES:
+        raise HapmoeError(
+            f"{len(models)} models x {len(clusters)} clusters x {len(grid)} settings = {n:,} cases, more than the "
+            f"supported {MAX_SWEEP_CASES:,} per sweep",
+            field="--clusters",
+        )
     return [SweepCase.make(m, c, s, prices) for m in models for c in clusters for s in grid]
 
 
@@ -262,6 +273,17 @@ def parse_mix(text: str, catalog: Catalog | None = None, prices: Mapping[str, fl
         raise HapmoeError(f"{text.strip()!r}: MAX {hi} is below MIN {lo}", field="--mix")
     if step <= 0:
         raise HapmoeError(f"{text.strip()!r}: STEP must be positive", field="--mix")
+    if hi > MAX_DEVICES:
+        raise HapmoeError(
+            f"{text.strip()!r}: MAX {hi:,} exceeds the supported maximum of {MAX_DEVICES:,} devices per cluster",
+            field="--mix",
+        )
+    if (hi - lo) // step + 1 > MAX_MIX_COUNTS:
+        raise HapmoeError(
+            f"{text.strip()!r} gives {(hi - lo) // step + 1:,} counts, more than the supported {MAX_MIX_COUNTS:,}; "
+            "use a larger STEP",
+            field="--mix",
+        )
     counts = tuple(n for n in range(lo, hi + 1, step) if n == 0 or n < dpn or n % dpn == 0)
     skipped = [n for n in range(lo, hi + 1, step) if n not in counts]
     if skipped:
@@ -297,6 +319,18 @@ def mix_clusters(
         if r.device in seen:
             raise HapmoeError(f"device {r.device} is given twice", field="--mix")
         seen.add(r.device)
+    unused = sorted(set(price_map) - seen)
+    if unused:
+        raise HapmoeError(
+            f"a price for {unused[0]}, which no --mix range uses ({', '.join(sorted(seen))})", field="--prices"
+        )
+    combos = math.prod(len(r.counts) for r in ranges)
+    if combos > MAX_SWEEP_CASES:
+        raise HapmoeError(
+            f"the ranges combine to {combos:,} clusters, more than the supported {MAX_SWEEP_CASES:,} per sweep; "
+            "narrow them or use larger steps",
+            field="--mix",
+        )
     bud = parse_budget(budget)
     if bud is not None and bud.max_price is not None:
         missing = [r.device for r in ranges if r.price_per_hour is None]
@@ -531,7 +565,10 @@ def _repair(fd: int, source: str) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def _locked_output(path: Path) -> Iterator[int]:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HapmoeError(f"cannot create its folder: {exc.strerror or exc}", source=str(path), field="--out") from None
     try:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as exc:
@@ -713,6 +750,11 @@ def run_sweep(
         raise HapmoeError("--address only applies to --backend ray", field="--address")
     if resume and overwrite:
         raise HapmoeError("--resume and --overwrite exclude each other", field="--resume")
+    if time_limit is not None:
+        try:
+            time_limit = check_time_limit(time_limit)
+        except HapmoeError as exc:
+            raise exc.at(field="--time-limit") from None
     if solver not in ("dp", "cpsat", "milp", "auto"):
         raise HapmoeError(f"unknown solver {solver!r}; choose one of dp, cpsat, milp, auto", field="--solver")
     if backend == "ray":
@@ -726,6 +768,9 @@ def run_sweep(
         ids.add(c.id)
         ordered.append(c)
     out = Path(out_jsonl)
+    if out.is_dir():
+        raise HapmoeError("is a directory; give a .jsonl file name", source=str(out), field="--out")
+    check_output_dir(out.parent if str(out.parent) else Path("."), "--out")
     t0 = time.perf_counter()
     if not resume and out.exists() and out.stat().st_size > 0 and not overwrite:
         raise HapmoeError(
@@ -833,7 +878,7 @@ def _pool_round(queue: deque[Work], n: int, ctx: Any, sink: _Sink, solver: str, 
     from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    ex = ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+    ex = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_watch_parent, initargs=(os.getpid(),))
     inflight: dict[Future[dict[str, Any]], Work] = {}
 
     def settle() -> list[Work]:
@@ -870,7 +915,28 @@ def _pool_round(queue: deque[Work], n: int, ctx: Any, sink: _Sink, solver: str, 
         clean = True
         return []
     finally:
+        if not clean:  # interrupted or broken: stop the workers now, do not leave them solving
+            for proc in list(getattr(ex, "_processes", {}).values()):
+                with contextlib.suppress(Exception):
+                    proc.terminate()
         ex.shutdown(wait=clean, cancel_futures=True)
+
+
+PARENT_POLL_S = 1.0
+
+
+def _watch_parent(parent: int) -> None:
+    """Pool-worker initializer: exit when the sweep driver is gone (killed, even with SIGKILL), instead of
+    solving on as an orphan. The worker is re-parented when its parent dies, so its parent pid changes."""
+    import threading
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_POLL_S)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="hapmoe-parent-watch", daemon=True).start()
 
 
 def _import_ray() -> Any:

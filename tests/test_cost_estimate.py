@@ -20,7 +20,7 @@ from hapmoe_milp.specs import Catalog, ClusterSpec, NodeGroup
 from tests.test_cost_layers import synthetic_device, tiny_moe
 
 S = 4096
-BREAKDOWN_KEYS = {"compute", "tp", "cp", "ep", "pp_p2p", "dp_sync", "optimizer", "bubble"}
+BREAKDOWN_KEYS = {"compute", "host", "tp", "cp", "ep", "pp_p2p", "dp_sync", "optimizer", "bubble"}
 
 
 def two_type_cluster(mem_a: float = 1e6, mem_b: float = 1e6) -> ClusterSpec:

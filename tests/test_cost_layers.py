@@ -16,6 +16,7 @@ from hapmoe_milp.config import ParallelConfig, Settings
 from hapmoe_milp.cost.model import ADAM_BYTES_PER_PARAM, ELEMENTWISE_PASSES_H, CostModel
 from hapmoe_milp.specs import Catalog, ClusterSpec, ModelSpec, NodeGroup
 from hapmoe_milp.specs.device import PRIMITIVES, DeviceSpec, IntraNode
+from hapmoe_milp.specs.runtime import RuntimeParams
 from hapmoe_milp.specs.tables import constant_table
 
 PEAK = 100e12  # bf16 FLOP/s
@@ -55,7 +56,13 @@ def synthetic_device(
         gemm_efficiency=constant_table(gemm_eff),
         attention_efficiency=constant_table(attn_eff[0]),
         attention_bwd_efficiency=constant_table(attn_eff[1]),
-        memory_bound_efficiency=mbe,
+        runtime=replace(
+            RuntimeParams.roofline(memory_efficiency=mbe),
+            a2a_intra_GBps=ib["all_to_all"],
+            a2a_inter_GBps=xb["all_to_all"],
+            flex_intra_GBps=2 * ib["all_to_all"],
+            flex_inter_GBps=2 * xb["all_to_all"],
+        ),
         collectives={
             "intra": {p: constant_table(ib[p]) for p in PRIMITIVES},
             "inter": {p: constant_table(xb[p]) for p in PRIMITIVES},
@@ -272,17 +279,19 @@ def test_rows_per_expert_formula_shows_through_tile_padding():
 
 
 # ================================================================== expert-parallel communication
-def a2a(nbytes: float, ep: int, bw: float) -> float:
-    return (ep - 1) / ep * nbytes / (bw * 1e9)
+def dispatch(intra_bytes: float, inter_bytes: float = 0.0, flex: bool = False) -> float:
+    """One dispatch (or combine): in-node and network parts move at once at the runtime bandwidths."""
+    f = 2.0 if flex else 1.0
+    return max(intra_bytes / (f * INTRA["all_to_all"] * 1e9), inter_bytes / (f * INTER["all_to_all"] * 1e9))
 
 
 @pytest.mark.parametrize(("tp", "ep", "dp"), [(1, 2, 8), (1, 4, 8), (1, 8, 8), (2, 4, 4), (2, 2, 4)])
 def test_ep_all_to_all_bytes_and_count(tp, ep, dp):
-    """Per dispatch, a rank sends its k*(t/TP) routed copies of h bf16 values, (EP-1)/EP of them off-rank;
-    dispatch + combine forward, the same again backward."""
+    """Per dispatch, a rank sends one copy of h bf16 values per routed (token, expert) pair of its t/TP
+    tokens; inside one node all of them move over the scale-up fabric. Dispatch + combine forward, the same
+    again backward."""
     L = cm_for(tiny_moe()).layer("syn", cfg(tp=tp, dp=dp, ep=ep), 1, "moe", "none")
-    D = S / tp * 2 * 1024 * 2
-    one = a2a(D, ep, INTRA["all_to_all"])
+    one = dispatch(2 * S / tp * 1024 * 2)
     assert L.ep == pytest.approx(4 * one, rel=REL)
     base = cm_for(tiny_moe()).layer("syn", cfg(tp=tp, dp=dp), 1, "moe", "none")
     assert L.fwd - base.fwd == pytest.approx(2 * one, rel=REL)
@@ -293,20 +302,33 @@ def test_ep_with_etp_adds_an_expert_tp_gather_and_scatter_but_not_all_to_all_byt
     (and after the experts a reduce-scatter) of those tokens over the ETP group."""
     L = cm_for(tiny_moe()).layer("syn", cfg(tp=2, dp=4, ep=4, etp=2), 1, "moe", "none")
     ts = S / 2
-    one_a2a = a2a(ts * 2 * 1024 * 2, 4, INTRA["all_to_all"])
+    one_a2a = dispatch(2 * ts * 1024 * 2)
     gathered = 2 * 2 * ts * 1024 * 2  # ETP x k x ts tokens of h bf16 after the gather
     etp = 0.5 * gathered / (INTRA["all_gather"] * 1e9) + 0.5 * gathered / (INTRA["reduce_scatter"] * 1e9)
     assert L.ep == pytest.approx(2 * (2 * one_a2a + etp), rel=REL)
 
 
-def test_ep_group_spanning_nodes_uses_the_inter_node_table_and_imbalance_scales_bytes():
+def test_ep_group_spanning_nodes_sends_its_remote_share_over_the_network_and_imbalance_scales_bytes():
     cm = cm_for(tiny_moe(), nodes=2, imbalance=1.25)
     L = cm.layer("syn", cfg(dp=16, ep=8), 1, "moe", "none")
     D = S * 2 * 1024 * 2 * 1.25  # the busiest rank sends imbalance x the mean
-    assert L.ep == pytest.approx(4 * a2a(D, 8, INTRA["all_to_all"]), rel=REL)
+    assert L.ep == pytest.approx(4 * dispatch(D), rel=REL)
     cm16 = cm_for(tiny_moe(num_experts=16), nodes=2)
     L16 = cm16.layer("syn", cfg(dp=16, ep=16), 1, "moe", "none")
-    assert L16.ep == pytest.approx(4 * a2a(S * 2 * 1024 * 2, 16, INTER["all_to_all"]), rel=REL)
+    D16 = S * 2 * 1024 * 2
+    assert L16.ep == pytest.approx(4 * dispatch(D16 / 2, D16 / 2), rel=REL)
+
+
+def test_flex_dispatcher_sends_a_token_once_per_destination_node_and_rank():
+    """DeepEP-style: over the network once per distinct remote node, over NVLink once per distinct rank.
+    With 16 experts over 16 ranks on 2 nodes and top-2: E[distinct nodes] = 2(1 - C(8,2)/C(16,2)) = 1.4667,
+    of which half are remote; E[distinct ranks] = 16(1 - C(15,2)/C(16,2)) = 2."""
+    cm = cm_for(tiny_moe(num_experts=16), nodes=2, dispatcher="flex")
+    L = cm.layer("syn", cfg(dp=16, ep=16), 1, "moe", "none")
+    tok = S * 1024 * 2
+    nodes = 2 * (1 - (8 * 7) / (16 * 15))
+    ranks = 16 * (1 - (15 * 14) / (16 * 15))
+    assert L.ep == pytest.approx(4 * dispatch(ranks * tok, nodes / 2 * tok, flex=True), rel=REL)
 
 
 def test_allgather_dispatcher_gathers_all_tokens_over_the_ep_group():
@@ -316,11 +338,17 @@ def test_allgather_dispatcher_gathers_all_tokens_over_the_ep_group():
     assert L.ep == pytest.approx(2 * one, rel=REL)
 
 
-def test_overlapped_ep_communication_exposes_half():
-    a = cm_for(tiny_moe()).layer("syn", cfg(dp=8, ep=4), 1, "moe", "none")
-    b = cm_for(tiny_moe(), overlap_ep_comm=True).layer("syn", cfg(dp=8, ep=4), 1, "moe", "none")
-    assert b.ep == pytest.approx(a.ep / 2, rel=REL)
-    assert a.fwd - b.fwd == pytest.approx(a.ep / 4, rel=REL)
+@pytest.mark.parametrize("share", [0.0, 0.5, 0.9])
+@pytest.mark.parametrize("a2a_GBps", [50.0, 0.05], ids=["comm<compute", "comm>compute"])
+def test_overlapped_ep_communication_hides_a_share_of_what_the_other_micro_batch_computes(share, a2a_GBps):
+    """Overlap runs one micro-batch's dispatch beside another's compute: it hides share x min(comm, compute)."""
+    dev = synthetic_device()
+    dev = replace(dev, runtime=replace(dev.runtime, ep_overlap=share, a2a_intra_GBps=a2a_GBps))
+    a = cm_for(tiny_moe(), dev).layer("syn", cfg(dp=8, ep=4), 1, "moe", "none")
+    b = cm_for(tiny_moe(), dev, overlap_ep_comm=True).layer("syn", cfg(dp=8, ep=4), 1, "moe", "none")
+    hidden = share * min(a.ep, a.compute)
+    assert b.ep == pytest.approx(a.ep - hidden, rel=REL)
+    assert a.fwd + a.bwd - b.fwd - b.bwd == pytest.approx(hidden, rel=REL)
 
 
 # ================================================================== recompute

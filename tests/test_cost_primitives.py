@@ -14,9 +14,10 @@ from hapmoe_milp.cost.primitives import attention_time, collective_time, gemm_ti
 from hapmoe_milp.errors import TableRangeError
 from hapmoe_milp.specs import Catalog
 from hapmoe_milp.specs.device import PRIMITIVES, DeviceSpec, IntraNode
+from hapmoe_milp.specs.runtime import RuntimeParams
 from hapmoe_milp.specs.tables import Table, constant_table
 
-CAT = Catalog()
+CAT = Catalog(use_calibrated=False)  # the shipped tables these formulas read
 
 
 def device(
@@ -50,7 +51,7 @@ def device(
         gemm_efficiency=gemm_eff if isinstance(gemm_eff, Table) else constant_table(gemm_eff),
         attention_efficiency=constant_table(0.4),
         attention_bwd_efficiency=constant_table(0.25),
-        memory_bound_efficiency=mbe,
+        runtime=RuntimeParams.roofline(memory_efficiency=mbe),
         collectives=colls,
     )
 

@@ -165,7 +165,7 @@ def test_system_keys_and_checkpoint_format() -> None:
     assert s["tensor_model_parallel_size"] == 4 and s["pipeline_model_parallel_size"] == 2
     assert s["expert_model_parallel_size"] == 2 and s["expert_tensor_parallel_size"] == 1
     assert s["context_parallel_size"] == 1 and s["sequence_parallel"] is True
-    assert s["checkpoint"] == {"ckpt_format": "torch"}  # TP 4 vs 2
+    assert s["checkpoint"] == {"ckpt_format": "torch", "save_interval": 1000}  # TP 4 vs 2
     assert s["distributed_backend"] == "flagcx"  # NVIDIA + Huawei
     assert cfg["model"]["micro_batch_size"] == 2 and cfg["model"]["global_batch_size"] == 256
     assert cfg["model"]["num_experts"] == 8 and cfg["model"]["moe_grouped_gemm"] is True
@@ -175,7 +175,7 @@ def test_system_keys_and_checkpoint_format() -> None:
 
 def test_same_tp_meshes_keep_default_checkpoint() -> None:
     plan = make_plan([12, 12], ["h800", "910b"], [ParallelConfig(tp=2, dp=4, ep=2), ParallelConfig(tp=2, dp=4, ep=2)])
-    assert "checkpoint" not in flagscale_config(plan, MIXTRAL, C16)["system"]
+    assert "ckpt_format" not in flagscale_config(plan, MIXTRAL, C16)["system"]["checkpoint"]
 
 
 def test_mtp_layers_stay_on_last_stage_and_partial_reduce() -> None:
@@ -185,7 +185,9 @@ def test_mtp_layers_stay_on_last_stage_and_partial_reduce() -> None:
     a = ParallelConfig(tp=4, dp=16, ep=64, etp=1)  # 64 devices
     b = ParallelConfig(tp=4, dp=32, ep=64, etp=1)  # 128 devices
     plan = make_plan([31, 31], ["h800", "910b"], [a, b], model=DSV3, cluster=cl.name, mbs=2)
-    assert validate(plan, DSV3, cl, "flagscale") == []
+    found = validate(plan, DSV3, cl, "flagscale")
+    # the 910B mesh is one stage: FlagScale gives it layer offset 0 (DeepSeek-V3's dense prefix) -- a warning
+    assert [(v.rule, v.severity) for v in found] == [("rule_fs_single_stage_mesh_offset", "warning")]
     cfg = flagscale_config(plan, DSV3, cl)
     h = cfg["system"]["hetero"]
     assert h["hetero_pipeline_layer_split"] == [31, 30]
@@ -290,7 +292,7 @@ def test_runner_flattening_gives_flagscale_flags() -> None:
 
 def test_export_plan_flagscale_files(tmp_path: Path) -> None:
     paths = export_plan(HETERO, MIXTRAL, C16, "flagscale", tmp_path)
-    assert sorted(p.name for p in paths) == ["README.txt", "flagscale.yaml", "hostfile", "plan.json"]
+    assert sorted(p.name for p in paths) == ["README.txt", "experiment.yaml", "flagscale.yaml", "hostfile", "plan.json"]
     cfg = yaml.safe_load((tmp_path / "flagscale.yaml").read_text())
     assert cfg == flagscale_config(HETERO, MIXTRAL, C16)
     assert load_plan(tmp_path / "plan.json") == HETERO
@@ -323,3 +325,57 @@ def test_dense_model_has_no_expert_keys() -> None:
     assert "expert_tensor_parallel_size_per_process_mesh" not in cfg["system"]["hetero"]
     assert "num_experts" not in cfg["model"] and "moe_grouped_gemm" not in cfg["model"]
     assert cfg["system"]["hetero"]["hetero_process_meshes"] == [4, 1, 1, 2, 1, 2, 1, 1, 4, 1]
+
+
+def _compose(conf_dir: Path) -> dict[str, Any]:
+    """What Hydra makes of the experiment config FlagScale's run.py loads: its defaults list is
+    ``[_self_, flagscale@train]``, i.e. flagscale.yaml from the same folder under the ``train`` key."""
+    exp = yaml.safe_load((conf_dir / "experiment.yaml").read_text())
+    defaults = exp.pop("defaults")
+    assert defaults[0] == "_self_"
+    name, _, package = defaults[1].partition("@")
+    exp[package] = yaml.safe_load((conf_dir / f"{name}.yaml").read_text())
+    return exp
+
+
+@pytest.mark.parametrize("plan", [HETERO, FOUR])
+def test_flagscale_files_parse_and_carry_what_the_runner_needs(tmp_path: Path, plan: Plan) -> None:
+    export_plan(plan, MIXTRAL, C16, "flagscale", tmp_path)
+    cfg = _compose(tmp_path)
+    exp = cfg["experiment"]
+    # flagscale/runner: task type/backend/entrypoint, a hostfile, and the envs it exports on every host
+    assert exp["task"] == {"type": "train", "backend": "megatron", "entrypoint": "flagscale/train/train_gpt.py"}
+    assert Path(exp["runner"]["hostfile"]) == (tmp_path / "hostfile").absolute()
+    assert exp["envs"]["CUDA_DEVICE_MAX_CONNECTIONS"] == 1  # TP > 1 on both meshes: Megatron asserts it
+    assert cfg["action"] == "run"
+    train = cfg["train"]
+    assert set(train) == {"system", "model", "data"}
+    # runner_train: checkpoint.save is always set, so Megatron's validate_args needs save_interval > 0
+    train["system"]["checkpoint"]["save"] = str(tmp_path / "checkpoints")
+    argv = flatten_dict_to_args(train)
+    i = argv.index("--save-interval")
+    assert "--save" in argv and int(argv[i + 1]) > 0
+    flagscale_asserts(train, MIXTRAL)
+    # the vocabulary: FlagScale's Megatron (core ~0.15) NullTokenizer adds one EOD token
+    assert train["data"]["tokenizer"]["vocab_size"] + 1 == MIXTRAL.vocab_size
+
+
+def test_flagscale_env_only_with_tp_or_cp() -> None:
+    from hapmoe_milp.export.flagscale import experiment_config
+
+    tp1 = make_plan([12, 12], ["h800", "910b"], [ParallelConfig(dp=8, ep=8), ParallelConfig(dp=8, ep=8)], mbs=1)
+    assert experiment_config(tp1)["experiment"]["envs"] == {}
+    assert experiment_config(HETERO)["experiment"]["envs"] == {"CUDA_DEVICE_MAX_CONNECTIONS": 1}
+
+
+def test_offload_reaches_the_flagscale_config() -> None:
+    from hapmoe_milp.config import Settings
+
+    plan = HETERO.with_settings(HETERO.settings().with_(optimizer_offload=True))
+    s = flagscale_config(plan, MIXTRAL, C16)["system"]
+    assert s["optimizer_cpu_offload"] is True and s["use_precision_aware_optimizer"] is True
+    assert s["optimizer_offload_fraction"] == 1.0 and s["use_distributed_optimizer"] is True
+    argv = flatten_dict_to_args({"system": s})
+    assert "--optimizer-cpu-offload" in argv and "--use-precision-aware-optimizer" in argv
+    assert "optimizer_cpu_offload" not in flagscale_config(HETERO, MIXTRAL, C16)["system"]
+    assert Settings().optimizer_offload is False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -382,8 +383,52 @@ def test_launch_script_contents() -> None:
     for needle in ("NNODES=2", "NODE_RANK=1", "NPROC_PER_NODE=8", "MASTER_ADDR", "set -f", "pretrain_gpt.py"):
         assert needle in s
     assert '$(cat "$HERE/megatron_args.txt")' in s
-    assert "--vocab-size 31999" in s  # NullTokenizer adds an EOD token: 31999 + 1 = the model's 32000
+    # the NullTokenizer's --vocab-size is found at run time (test_null_vocab_probe_*), not hard-coded
+    assert "--vocab-size $NULL_VOCAB" in s and "NullTokenizer" in s and "31999" not in s
     assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in s
+
+
+# The two NullTokenizer conventions, as upstream documents them (Megatron-LM core_v0.16.1 vs core_v0.18.0+
+# megatron/core/tokenizers/text/libraries/null_tokenizer.py): up to 0.17 ``vocab_size`` returns the
+# argument + 1 (an EOD token is added); from 0.18 it returns the argument (EOD = vocab_size - 1). The
+# oracle test runs the probe against the installed megatron-core's real file as well.
+_TOKENIZER_ADDS_EOD = """
+class NullTokenizer:
+    def __init__(self, vocab_size):
+        self._vocab_size_without_eod = int(vocab_size)
+    @property
+    def vocab_size(self):
+        return self._vocab_size_without_eod + 1
+"""
+_TOKENIZER_AS_IS = """
+class NullTokenizer:
+    def __init__(self, vocab_size, eod_id=None, pad_id=-1, **kwargs):
+        self._vocab_size = int(vocab_size)
+    @property
+    def vocab_size(self):
+        return self._vocab_size
+"""
+
+
+@pytest.mark.parametrize(("source", "want"), [(None, 31999), (_TOKENIZER_ADDS_EOD, 31999), (_TOKENIZER_AS_IS, 32000)])
+def test_null_vocab_probe_gives_the_model_vocabulary(tmp_path: Path, source: str | None, want: int) -> None:
+    import subprocess
+    import sys
+
+    from hapmoe_milp.export.megatron import NULL_VOCAB_PROBE
+
+    if source is not None:
+        d = tmp_path / "megatron" / "core" / "tokenizers" / "text" / "libraries"
+        d.mkdir(parents=True)
+        (d / "null_tokenizer.py").write_text(source)
+    out = subprocess.run(
+        [sys.executable, "-", str(tmp_path), "32000"],
+        input=NULL_VOCAB_PROBE,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert int(out.stdout) == want
 
 
 def test_multi_node_stage_spans_nodes_in_order() -> None:
@@ -460,10 +505,12 @@ def test_export_plan_unknown_target(tmp_path: Path) -> None:
         export_plan(VALID[0][1], MIXTRAL, C16, "mindspeed", tmp_path)  # type: ignore[arg-type]
 
 
-def test_export_plan_unwritable_dir_is_export_error(tmp_path: Path) -> None:
+def test_export_plan_unwritable_dir_is_output_error(tmp_path: Path) -> None:
+    from hapmoe_milp.fileio import OutputError
+
     f = tmp_path / "file"
     f.write_text("x")
-    with pytest.raises(ExportError, match="cannot create"):
+    with pytest.raises(OutputError, match="cannot create"):
         export_plan(VALID[0][1], MIXTRAL, C16, "megatron", f / "sub")
 
 
@@ -496,6 +543,8 @@ def test_launch_script_passes_args_verbatim(tmp_path: Path) -> None:
     fake.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$OUT"\n')
     fake.chmod(0o755)
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "MASTER_ADDR": "10.0.0.1", "MEGATRON_LM": "/m"}
+    env["PYTHON"] = sys.executable
+    env.pop("DATA_ARGS", None)
     env["OUT"] = str(tmp_path / "argv.txt")
     subprocess.run(["bash", str(tmp_path / "launch_node0.sh")], check=True, env=env, cwd=tmp_path)
     argv = (tmp_path / "argv.txt").read_text().splitlines()

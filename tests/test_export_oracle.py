@@ -161,6 +161,13 @@ NOT_CONFIG = {
     "overlap_param_gather",
     "make_vocab_size_divisible_by",
 }
+# flags that configure the optimizer (OptimizerConfig, checked by optimizer_config_from_args)
+OPTIMIZER_FLAGS = {
+    "use_distributed_optimizer",
+    "optimizer_cpu_offload",
+    "use_precision_aware_optimizer",
+    "optimizer_offload_fraction",
+}
 RENAMED = {
     "num_experts": "num_moe_experts",
     "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
@@ -181,7 +188,7 @@ def config_from_args(parsed: dict[str, Any]) -> TransformerConfig:
     kw: dict[str, Any] = {}
     fields = set(TransformerConfig.__dataclass_fields__) | set(MLATransformerConfig.__dataclass_fields__)
     for k, v in parsed.items():
-        if k in NOT_CONFIG:
+        if k in NOT_CONFIG or k in OPTIMIZER_FLAGS:
             continue
         if k == "swiglu":
             kw.update(gated_linear_unit=True, activation_func=F.silu, bias_activation_fusion=False)
@@ -203,6 +210,23 @@ def config_from_args(parsed: dict[str, Any]) -> TransformerConfig:
         kw["pipeline_dtype"] = torch.bfloat16
     cls = MLATransformerConfig if kw.get("multi_latent_attention") else TransformerConfig
     return cls(**kw)
+
+
+def optimizer_config_from_args(parsed: dict[str, Any]) -> Any:
+    """What ``megatron.training`` builds the OptimizerConfig from (its ``__post_init__`` checks that the
+    precision-aware optimizer, which CPU offload needs, runs with the distributed optimizer)."""
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.optimizer import optimizer_config as oc
+
+    kw = {k: parsed[k] for k in OPTIMIZER_FLAGS if k in parsed}
+    if "optimizer_offload_fraction" in kw:
+        kw["optimizer_offload_fraction"] = float(kw["optimizer_offload_fraction"])
+    # The precision-aware path asks Transformer Engine's version (only to pick store_param_remainders);
+    # TE is not installed on a CPU machine, so answer as a TE >= 2.1 install would. Every assert still runs.
+    with pytest.MonkeyPatch.context() as mp:
+        if hasattr(oc, "is_te_min_version"):
+            mp.setattr(oc, "is_te_min_version", lambda *a, **k: True)
+        return OptimizerConfig(optimizer="adam", bf16=True, **kw)
 
 
 @contextlib.contextmanager
@@ -276,8 +300,14 @@ def test_megatron_core_accepts_export(case: tuple[str, Plan, ModelSpec, ClusterS
         assert per_rank == plan.layer_counts()
         assert lay.virtual_pipeline_model_parallel_size == plan.vpp
 
-    # the whole argument set builds a TransformerConfig, with the plan's split
+    # the whole argument set builds a TransformerConfig, with the plan's split, and an OptimizerConfig
     config = config_from_args(parsed)
+    opt = optimizer_config_from_args(parsed)
+    st = plan.settings()
+    assert opt.optimizer_cpu_offload == st.optimizer_offload
+    assert opt.use_distributed_optimizer == st.distributed_optimizer
+    if opt.optimizer_cpu_offload:  # validate_args: "must be used in conjunction with --use-precision-aware-optimizer"
+        assert opt.use_precision_aware_optimizer
     got = mcore_chunks(config, plan.pp, plan.vpp)
     want = [[(c.decoder, c.mtp) for c in row] for row in plan_chunks(plan, model)]
     assert got == want
@@ -420,3 +450,49 @@ def test_megatron_core_rejects_topk1_without_pre_softmax_like_us() -> None:
     with pytest.raises(ValueError):
         config_from_args(parse_megatron_args(args))
     config_from_args(parse_megatron_args(megatron_args(p, top1, C16)))  # and our export is accepted
+
+
+def test_megatron_core_rejects_offload_without_dist_opt_like_us() -> None:
+    """OptimizerConfig refuses the precision-aware optimizer (which CPU offload needs) without the
+    distributed optimizer; our rule_offload_needs_dist_opt says the same before anything is written."""
+    from megatron.core.optimizer import OptimizerConfig
+
+    with pytest.raises(AssertionError, match="distributed optimizer"):
+        OptimizerConfig(
+            optimizer="adam",
+            bf16=True,
+            optimizer_cpu_offload=True,
+            use_precision_aware_optimizer=True,
+            use_distributed_optimizer=False,
+        )
+    plan = MEGATRON_PLANS[0][1]
+    st = plan.settings().with_(optimizer_offload=True, distributed_optimizer=False)
+    rules = {v.rule for v in validate(plan, MEGATRON_PLANS[0][2], MEGATRON_PLANS[0][3], "megatron", settings=st)}
+    assert "rule_offload_needs_dist_opt" in rules
+
+
+def test_null_vocab_probe_on_the_installed_megatron_core(tmp_path: Any) -> None:
+    """The launch scripts' probe, run against this megatron-core's own NullTokenizer file: the --vocab-size
+    it picks makes that tokenizer report exactly the model's vocabulary."""
+    import importlib.util
+    import pathlib
+    import subprocess
+    import sys
+
+    import megatron
+
+    from hapmoe_milp.export.megatron import NULL_VOCAB_PROBE
+
+    root = pathlib.Path(megatron.__path__[0]).parent
+    f = root / "megatron" / "core" / "tokenizers" / "text" / "libraries" / "null_tokenizer.py"
+    if not f.is_file():
+        pytest.skip("this megatron-core has no core NullTokenizer")
+    want = MIX.vocab_size
+    out = subprocess.run(
+        [sys.executable, "-", str(root), str(want)], input=NULL_VOCAB_PROBE, capture_output=True, text=True, check=True
+    )
+    arg = int(out.stdout)
+    spec = importlib.util.spec_from_file_location("_nt", f)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    assert mod.NullTokenizer(arg).vocab_size == want

@@ -32,6 +32,7 @@ MIX_MTP2 = replace(MIX, mtp_num_layers=2)
 MIX_TOP1 = replace(MIX, moe_router_topk=1)
 MIX_GQA12 = replace(MIX, num_attention_heads=48, num_query_groups=12, kv_channels=None)
 DENSE = CAT.model("llama-2-7b")
+MIX_PREFIX = replace(MIX, moe_layer_freq=(0, 0, *([1] * 22)))  # two dense layers first, like DeepSeek's
 
 
 def pc(tp: int = 1, cp: int = 1, dp: int = 1, ep: int = 1, etp: int = 1) -> ParallelConfig:
@@ -117,9 +118,34 @@ TIED_DP = plan([12, 12], HB, [pc(tp=2, dp=4, ep=2), pc(tp=2, dp=2, ep=2)], model
 LAYOUT_ARGS = edit_args(GOOD_MG)
 FIRST_ARGS = edit_args(GOOD_FIRST)
 
+PREFIX_SPLIT = plan(
+    [8, 6, 10], ["h800", "h800", "910b"], [pc(tp=4, ep=2), pc(tp=4, ep=2), pc(tp=2, dp=4, ep=2)], family="hetero", mbs=4
+)
+
+OFFLOAD_MG = GOOD_MG.with_settings(GOOD_MG.settings().with_(optimizer_offload=True))
+OFFLOAD_FS = GOOD_FS.with_settings(GOOD_FS.settings().with_(optimizer_offload=True))
+
 CASES: list[Case] = [
+    Case(
+        "rule_offload_flags",
+        OFFLOAD_MG,
+        kw={"args": edit_args(OFFLOAD_MG)(drop=("--optimizer-cpu-offload", "--use-precision-aware-optimizer"))},
+    ),
+    Case(
+        "rule_fs_offload_keys",
+        OFFLOAD_FS,
+        "flagscale",
+        kw={"fs_config": edit_fs(OFFLOAD_FS, MIX, lambda c: c["system"].pop("optimizer_cpu_offload"))},
+    ),
+    # ---- what estimate checks (plan.check_plan), for plans the named rules of the target let through
+    Case("rule_plan_invariants", replace(GOOD_FS, family="megatron"), "flagscale"),
+    Case(
+        "rule_offload_needs_dist_opt",
+        GOOD_MG,
+        kw={"settings": Settings(optimizer_offload=True, distributed_optimizer=False)},
+    ),
+    Case("rule_fs_single_stage_mesh_offset", PREFIX_SPLIT, "flagscale", model=MIX_PREFIX),
     # ---- structural
-    Case("rule_positive_sizes", replace(GOOD_MG, micro_batch_size=0)),
     Case("rule_stage_layers_contiguous", plan([12, 12], HB, G8, start=1)),
     Case("rule_layers_cover_model", plan([12, 8], HB, G8)),
     Case("rule_device_type_in_cluster", plan([12, 12], ["h800", "a100"], G8)),
@@ -392,6 +418,14 @@ def test_rule_exportable_is_the_safety_net(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(sys.modules["hapmoe_milp.export.validate"], "megatron_args", boom)
     found = validate(GOOD_MG, MIX, C16, "megatron")
     assert found == [Violation("rule_exportable", "plan", "cannot express this", "export")]
+
+
+def test_offload_plans_validate_with_their_own_exports() -> None:
+    assert validate(OFFLOAD_MG, MIX, C16, "megatron") == []
+    assert validate(OFFLOAD_FS, MIX, C16, "flagscale") == []
+    # a plan that does not offload, checked against arguments that do
+    args = megatron_args(OFFLOAD_MG, MIX, C16)
+    assert "rule_offload_flags" in {v.rule for v in validate(GOOD_MG, MIX, C16, "megatron", args=args)}
 
 
 def test_args_text_is_accepted() -> None:

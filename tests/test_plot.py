@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 
 import pytest
 
@@ -52,10 +51,13 @@ def test_plot_schedule_writes_a_png(hetero, tmp_path):
 
 def test_plot_schedule_interleaved_and_by_name(catalog, tmp_path):
     pytest.importorskip("matplotlib")
-    sol = solve("mixtral-s", "16-1-h", catalog=catalog, global_batch_size=32)
-    plan = sol.plan
-    assert plan is not None and plan.pp > 1
-    vplan = replace(plan, vpp=2)
+    from hapmoe_milp.config import Settings
+    from hapmoe_milp.knobs import plan_from_knobs
+
+    m, c = catalog.model("mixtral-s"), catalog.cluster("16-1-h")
+    st = Settings(seq_length=4096, global_batch_size=32, micro_batch_size=1)
+    vplan = plan_from_knobs(m, c, st, pp=2, vpp=2)
+    assert vplan.pp == 2 and vplan.vpp == 2
     sched = simulate_plan("mixtral-s", "16-1-h", vplan, catalog=catalog)
     assert {chunk for ops in sched.timeline.ops for _, _, chunk, _, _ in ops} == {0, 1}
     out = plot_schedule("mixtral-s", "16-1-h", vplan, tmp_path / "v.png", catalog=catalog)

@@ -409,3 +409,32 @@ def test_known_peaks_agree_with_shipped_tables() -> None:
             assert dev.peak_tflops["bf16"] == kp.bf16, kp.label
         assert dev.peak_tflops["fp16"] == kp.fp16, kp.label
         assert dev.peak_tflops.get("fp8") == kp.fp8, kp.label
+
+
+def test_runtime_terms_are_measured_where_the_profiler_measures_them(tmp_path: Path) -> None:
+    """launch/sync from the host probe, HBM fraction from the element-wise kernels, grouped_rows_half fitted
+    to grouped GEMM points that were generated with a known value on the written table."""
+    m = fake_measurements(host={"launch_us": 7.5, "sync_us": 42.0})
+    colls = [fake_collectives("intra", 300.0), fake_collectives("inter", 40.0, world=8, local=4)]
+    out = write_device_table(m, tmp_path, device_name="FakeGPU", collectives=colls)
+    dev = Catalog(root=ROOT, devices_dirs=(tmp_path,)).device("fakegpu")
+    assert dev.runtime.launch_us == 7.5 and dev.runtime.sync_us == 42.0
+    assert dev.runtime.memory_efficiency == 0.7
+    for name in ("launch_us", "sync_us", "memory_efficiency"):
+        assert dev.runtime_basis(name) == "measured", name
+    assert dev.runtime_basis("flex_inter_GBps") == "assumed"
+    # grouped points priced by the cost model itself with rows_half = 400 on this very table
+    from dataclasses import replace
+
+    from hapmoe_milp.cost.primitives import gemm_time
+
+    truth = replace(dev, runtime=replace(dev.runtime, grouped_rows_half=400.0))
+    pts = []
+    for tpe in (64, 256, 1024, 4096):
+        t = gemm_time(truth, tpe, 2048, 4096, "bf16", groups=8)
+        pts.append({"experts": 8, "tokens_per_expert": tpe, "hidden": 4096, "ffn": 2048, "median_s": t})
+    out = write_device_table(fake_measurements(grouped_gemm=pts), tmp_path, device_name="FakeGPU2", collectives=colls)
+    dev2 = Catalog(root=ROOT, devices_dirs=(tmp_path,)).device("fakegpu2")
+    assert dev2.runtime.grouped_rows_half == pytest.approx(400.0, rel=0.15)
+    assert dev2.runtime_basis("grouped_rows_half") == "measured"
+    assert out.is_file()

@@ -24,7 +24,7 @@ from hapmoe_milp.specs.tables import table_from_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICES_DIR = ROOT / "clusters" / "devices"
-CATALOG = Catalog(root=ROOT)
+CATALOG = Catalog(root=ROOT, use_calibrated=False)  # the shipped tables themselves
 
 # Dense peaks (TFLOP/s), memory, HBM bandwidth, fabric and per-device NIC, from reference/accelerators.yaml.
 # None means "must be absent" (V100 has no BF16 and no FP8; Ampere has no FP8).
@@ -58,7 +58,7 @@ GEMM_MEASURED = {
     "l40s": (0.73, 0.75),
     "b200": (0.74, 0.76),
     "910b": (0.86, 0.93),
-    "mi300x": (0.45, 0.50),
+    "mi300x": (0.45, 0.52),  # maximum achievable matmul 51.4% with TunableOp (calibration row 57)
     "h20": (0.95, 0.97),
     "mi325x": (0.45, 0.50),
 }

@@ -27,8 +27,9 @@ from hapmoe_milp.specs.hf_import import model_from_hf_config
 from hapmoe_milp.specs.model import model_from_dict
 
 CAT = Catalog()
-SETTINGS = settings(max_examples=100, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+SETTINGS = settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
 _counter = itertools.count()
 
 # ------------------------------------------------------------------------------------------ strategies
@@ -42,8 +43,25 @@ _scalars = st.one_of(
     st.floats(-1e6, 1e6),
     st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -0.0, 1.5]),
     st.text(max_size=12),
-    st.sampled_from(["", "RMSNorm", "LayerNorm", "alltoall", "flex", "([0]*3+[1]*9)", "[1]*2", "8xtst", "1e3",
-                     "true", "null", "~", "- a", "{", "0x10"]),
+    st.sampled_from(
+        [
+            "",
+            "RMSNorm",
+            "LayerNorm",
+            "alltoall",
+            "flex",
+            "([0]*3+[1]*9)",
+            "[1]*2",
+            "8xtst",
+            "1e3",
+            "true",
+            "null",
+            "~",
+            "- a",
+            "{",
+            "0x10",
+        ]
+    ),
 )
 junk = st.recursive(
     _scalars,
@@ -58,12 +76,15 @@ junk = st.recursive(
 def _freq_expr():
     term = st.tuples(st.lists(st.sampled_from("012"), min_size=1, max_size=3), st.integers(0, 80))
     return st.lists(term, min_size=1, max_size=4).map(
-        lambda ts: "(" + "+".join(f"[{','.join(v)}]*{n}" for v, n in ts) + ")")
+        lambda ts: "(" + "+".join(f"[{','.join(v)}]*{n}" for v, n in ts) + ")"
+    )
 
 
 CATALOG_DOCS = {n: yaml.safe_load((CAT.models_dir / f"{n}.yaml").read_text()) for n in CAT.model_names()}
-MODEL_FIELDS = sorted({k for d in CATALOG_DOCS.values() for k in d} | {
-    "make_vocab_size_divisible_by", "q_lora_rank", "moe_shared_expert_gate", "attention_sinks"})
+MODEL_FIELDS = sorted(
+    {k for d in CATALOG_DOCS.values() for k in d}
+    | {"make_vocab_size_divisible_by", "q_lora_rank", "moe_shared_expert_gate", "attention_sinks"}
+)
 
 
 @st.composite
@@ -80,9 +101,22 @@ def mutated_model_doc(draw):
         elif op == "nested":
             sub = draw(st.sampled_from(["official", "defaults"]))
             if isinstance(doc.get(sub), dict):
-                k = draw(st.sampled_from(["total_b", "active_b", "active_convention", "includes_mtp", "source",
-                                          "seq_length", "global_batch_size", "micro_batch_size",
-                                          "moe_token_dispatcher_type", "bogus"]))
+                k = draw(
+                    st.sampled_from(
+                        [
+                            "total_b",
+                            "active_b",
+                            "active_convention",
+                            "includes_mtp",
+                            "source",
+                            "seq_length",
+                            "global_batch_size",
+                            "micro_batch_size",
+                            "moe_token_dispatcher_type",
+                            "bogus",
+                        ]
+                    )
+                )
                 doc[sub][k] = draw(junk)
             else:
                 doc[sub] = draw(junk)
@@ -91,9 +125,22 @@ def mutated_model_doc(draw):
         elif op == "freq":
             doc["moe_layer_freq"] = draw(st.one_of(_freq_expr(), st.lists(st.integers(-1, 2), max_size=70)))
         else:  # plausible but wrong sizes: zero, negative, too many groups/top-k
-            doc[draw(st.sampled_from(["num_layers", "num_experts", "moe_router_topk", "num_query_groups",
-                                      "num_attention_heads", "hidden_size", "mtp_num_layers", "kv_lora_rank"]))] = (
-                draw(st.integers(-3, 300)))
+            doc[
+                draw(
+                    st.sampled_from(
+                        [
+                            "num_layers",
+                            "num_experts",
+                            "moe_router_topk",
+                            "num_query_groups",
+                            "num_attention_heads",
+                            "hidden_size",
+                            "mtp_num_layers",
+                            "kv_lora_rank",
+                        ]
+                    )
+                )
+            ] = draw(st.integers(-3, 300))
     return doc
 
 
@@ -145,17 +192,48 @@ def test_non_mapping_documents(doc):
 
 
 _HF_BASE = {
-    "model_type": "deepseek_v3", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
-    "num_key_value_heads": 4, "vocab_size": 256, "intermediate_size": 128, "moe_intermediate_size": 32,
-    "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
-    "moe_layer_freq": 1, "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
-    "v_head_dim": 8, "topk_method": "noaux_tc", "num_nextn_predict_layers": 1, "num_local_experts": 8,
-    "num_experts": 8, "decoder_sparse_step": 1, "mlp_only_layers": [], "head_dim": 16,
-    "shared_expert_intermediate_size": 64, "tie_word_embeddings": False, "max_position_embeddings": 4096,
+    "model_type": "deepseek_v3",
+    "num_hidden_layers": 4,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "vocab_size": 256,
+    "intermediate_size": 128,
+    "moe_intermediate_size": 32,
+    "n_routed_experts": 8,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 2,
+    "first_k_dense_replace": 1,
+    "moe_layer_freq": 1,
+    "q_lora_rank": 32,
+    "kv_lora_rank": 16,
+    "qk_nope_head_dim": 8,
+    "qk_rope_head_dim": 8,
+    "v_head_dim": 8,
+    "topk_method": "noaux_tc",
+    "num_nextn_predict_layers": 1,
+    "num_local_experts": 8,
+    "num_experts": 8,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "head_dim": 16,
+    "shared_expert_intermediate_size": 64,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 4096,
 }
 _HF_KEYS = sorted(_HF_BASE)
-_HF_TYPES = ["mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "gpt_oss", "llama",
-             "qwen2", "qwen3"]
+_HF_TYPES = [
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "olmoe",
+    "gpt_oss",
+    "llama",
+    "qwen2",
+    "qwen3",
+]
 
 
 @SETTINGS
@@ -195,7 +273,7 @@ def test_corrupted_yaml_text(tmp_path_factory, doc, cuts):
     text = bytearray(yaml.safe_dump(doc, allow_unicode=True).encode())
     for pos, blob in cuts:
         pos = min(pos, len(text))
-        text[pos:pos + len(blob)] = blob
+        text[pos : pos + len(blob)] = blob
     p = _new_file(tmp_path_factory, ".yaml", bytes(text))
     m = _only_hapmoe(CAT.model, str(p))
     if m is not None:
@@ -235,18 +313,33 @@ def test_deeply_nested_mapping_value():
 # ------------------------------------------------------------------------------------------ clusters
 _T = {"x": [1.0, 1e12], "y": [0.5, 0.8], "extrapolate": "clamp"}
 TEST_DEVICE = {
-    "id": "tst", "name": "Test part", "vendor": "none", "provenance": "datasheet+public-benchmarks",
-    "sources": ["https://example.com/datasheet"], "memory_gib": 80, "memory_bandwidth_GBps": 3000,
-    "peak_tflops": {"bf16": 900}, "devices_per_node": 8,
-    "intra_node": {"fabric": "switch", "per_device_GBps": 400, "per_pair_GBps": 400}, "nic_Gbps": 400,
-    "tables": {"gemm_efficiency": _T, "attention_efficiency": _T, "attention_bwd_efficiency": _T,
-               "memory_bound_efficiency": 0.7,
-               "collectives": {link: {p: {"x": [1, 1e12], "y": [10, 100]} for p in PRIMITIVES}
-                               for link in ("intra", "inter")}},
+    "id": "tst",
+    "name": "Test part",
+    "vendor": "none",
+    "provenance": "datasheet+public-benchmarks",
+    "sources": ["https://example.com/datasheet"],
+    "memory_gib": 80,
+    "memory_bandwidth_GBps": 3000,
+    "peak_tflops": {"bf16": 900},
+    "devices_per_node": 8,
+    "intra_node": {"fabric": "switch", "per_device_GBps": 400, "per_pair_GBps": 400},
+    "nic_Gbps": 400,
+    "tables": {
+        "gemm_efficiency": _T,
+        "attention_efficiency": _T,
+        "attention_bwd_efficiency": _T,
+        "memory_bound_efficiency": 0.7,
+        "collectives": {link: {p: {"x": [1, 1e12], "y": [10, 100]} for p in PRIMITIVES} for link in ("intra", "inter")},
+    },
 }
-VALID_CLUSTER = {"name": "c", "description": "two nodes", "groups": [{"device": "tst", "nodes": 2}],
-                 "cross_link": {"efficiency": 0.5, "latency_us": 20}, "prices": {"tst": 2.0},
-                 "sources": ["https://example.com"]}
+VALID_CLUSTER = {
+    "name": "c",
+    "description": "two nodes",
+    "groups": [{"device": "tst", "nodes": 2}],
+    "cross_link": {"efficiency": 0.5, "latency_us": 20},
+    "prices": {"tst": 2.0},
+    "sources": ["https://example.com"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -267,13 +360,22 @@ def test_small_catalog_is_valid(small_catalog):
 
 _ws = st.sampled_from(["", " ", "  "])
 _inline = st.lists(
-    st.tuples(st.integers(0, 10**25).map(str), _ws, st.sampled_from("x*"), _ws,
-              st.text("abcxyzABC019_.-", min_size=1, max_size=8), _ws),
-    min_size=1, max_size=4,
+    st.tuples(
+        st.integers(0, 10**25).map(str),
+        _ws,
+        st.sampled_from("x*"),
+        _ws,
+        st.text("abcxyzABC019_.-", min_size=1, max_size=8),
+        _ws,
+    ),
+    min_size=1,
+    max_size=4,
 ).map(lambda parts: "+".join("".join(p) for p in parts))
-_inline_tst = st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["tst", "TST", "tst2", "h800"]),
-                                 st.sampled_from(["x", "*", " x "])), min_size=1, max_size=3).map(
-    lambda parts: "+".join(f"{n}{sep}{d}" for n, d, sep in parts))
+_inline_tst = st.lists(
+    st.tuples(st.integers(0, 40), st.sampled_from(["tst", "TST", "tst2", "h800"]), st.sampled_from(["x", "*", " x "])),
+    min_size=1,
+    max_size=3,
+).map(lambda parts: "+".join(f"{n}{sep}{d}" for n, d, sep in parts))
 
 
 @SETTINGS
@@ -292,19 +394,44 @@ def test_random_inline_clusters_with_a_device(small_catalog, ref):
 
 
 @SETTINGS
-@given(edits=st.lists(st.tuples(st.sampled_from(["name", "groups", "cross_link", "prices", "sources",
-                                                 "description", "notes", "bogus", "groups.0.nodes",
-                                                 "groups.0.device", "groups.0.devices_per_node",
-                                                 "cross_link.efficiency", "cross_link.bandwidth_GBps"]),
-                                junk, st.booleans()), min_size=1, max_size=3))
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    "name",
+                    "groups",
+                    "cross_link",
+                    "prices",
+                    "sources",
+                    "description",
+                    "notes",
+                    "bogus",
+                    "groups.0.nodes",
+                    "groups.0.device",
+                    "groups.0.devices_per_node",
+                    "cross_link.efficiency",
+                    "cross_link.bandwidth_GBps",
+                ]
+            ),
+            junk,
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
 def test_mutated_cluster_files(small_catalog, tmp_path_factory, edits):
     doc = json.loads(json.dumps(VALID_CLUSTER))
     for path, value, drop in edits:
         *parents, last = path.split(".")
         node = doc
         for k in parents:
-            node = node[int(k)] if isinstance(node, list) and k.isdigit() and len(node) > int(k) else (
-                node.get(k) if isinstance(node, dict) else None)
+            node = (
+                node[int(k)]
+                if isinstance(node, list) and k.isdigit() and len(node) > int(k)
+                else (node.get(k) if isinstance(node, dict) else None)
+            )
             if node is None:
                 break
         if isinstance(node, dict):

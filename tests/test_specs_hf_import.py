@@ -20,96 +20,255 @@ CAT = Catalog()
 
 # ---------------------------------------------------------------------------------------------- real sizes
 # Only the keys that matter plus a few that real configs carry and the importer must ignore.
-_COMMON = {"hidden_act": "silu", "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16", "use_cache": True,
-           "initializer_range": 0.02, "attention_dropout": 0.0}
+_COMMON = {
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "initializer_range": 0.02,
+    "attention_dropout": 0.0,
+}
 
 HF_CONFIGS: dict[str, dict] = {
     "mixtral-8x7b": {
-        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
-        "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-        "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000, "max_position_embeddings": 32768,
-        "rope_theta": 1e6, "sliding_window": None, "tie_word_embeddings": False, "router_aux_loss_coef": 0.02,
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "vocab_size": 32000,
+        "max_position_embeddings": 32768,
+        "rope_theta": 1e6,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "router_aux_loss_coef": 0.02,
     },
     "mixtral-8x22b": {
-        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 6144,
-        "intermediate_size": 16384, "num_hidden_layers": 56, "num_attention_heads": 48, "num_key_value_heads": 8,
-        "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000, "max_position_embeddings": 65536,
-        "rope_theta": 1e6, "tie_word_embeddings": False,
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "hidden_size": 6144,
+        "intermediate_size": 16384,
+        "num_hidden_layers": 56,
+        "num_attention_heads": 48,
+        "num_key_value_heads": 8,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "vocab_size": 32000,
+        "max_position_embeddings": 65536,
+        "rope_theta": 1e6,
+        "tie_word_embeddings": False,
     },
     "qwen2-57b-a14b": {
-        "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 3584,
-        "intermediate_size": 18944, "moe_intermediate_size": 2560, "shared_expert_intermediate_size": 20480,
-        "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "num_experts": 64,
-        "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": False,
-        "vocab_size": 151936, "max_position_embeddings": 131072, "rope_theta": 1e6, "tie_word_embeddings": False,
+        "architectures": ["Qwen2MoeForCausalLM"],
+        "model_type": "qwen2_moe",
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "moe_intermediate_size": 2560,
+        "shared_expert_intermediate_size": 20480,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "num_experts": 64,
+        "num_experts_per_tok": 8,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": False,
+        "vocab_size": 151936,
+        "max_position_embeddings": 131072,
+        "rope_theta": 1e6,
+        "tie_word_embeddings": False,
         "use_sliding_window": False,
     },
     "qwen3-30b-a3b": {
-        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
-        "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48,
-        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
-        "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
-        "vocab_size": 151936, "max_position_embeddings": 40960, "rope_theta": 1e6, "tie_word_embeddings": False,
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "moe_intermediate_size": 768,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": True,
+        "vocab_size": 151936,
+        "max_position_embeddings": 40960,
+        "rope_theta": 1e6,
+        "tie_word_embeddings": False,
         "attention_bias": False,
     },
     "qwen3-235b-a22b": {
-        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 4096,
-        "intermediate_size": 12288, "moe_intermediate_size": 1536, "num_hidden_layers": 94,
-        "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
-        "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
-        "vocab_size": 151936, "max_position_embeddings": 40960, "rope_theta": 1e6, "tie_word_embeddings": False,
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "moe_intermediate_size": 1536,
+        "num_hidden_layers": 94,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": True,
+        "vocab_size": 151936,
+        "max_position_embeddings": 40960,
+        "rope_theta": 1e6,
+        "tie_word_embeddings": False,
     },
     "deepseek-v2-lite": {
-        "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": 2048,
-        "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 27,
-        "num_attention_heads": 16, "num_key_value_heads": 16, "n_routed_experts": 64, "n_shared_experts": 2,
-        "num_experts_per_tok": 6, "first_k_dense_replace": 1, "moe_layer_freq": 1, "q_lora_rank": None,
-        "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
-        "topk_method": "greedy", "scoring_func": "softmax", "norm_topk_prob": False, "routed_scaling_factor": 1.0,
-        "vocab_size": 102400, "max_position_embeddings": 163840, "tie_word_embeddings": False,
+        "architectures": ["DeepseekV2ForCausalLM"],
+        "model_type": "deepseek_v2",
+        "hidden_size": 2048,
+        "intermediate_size": 10944,
+        "moe_intermediate_size": 1408,
+        "num_hidden_layers": 27,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "n_routed_experts": 64,
+        "n_shared_experts": 2,
+        "num_experts_per_tok": 6,
+        "first_k_dense_replace": 1,
+        "moe_layer_freq": 1,
+        "q_lora_rank": None,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "topk_method": "greedy",
+        "scoring_func": "softmax",
+        "norm_topk_prob": False,
+        "routed_scaling_factor": 1.0,
+        "vocab_size": 102400,
+        "max_position_embeddings": 163840,
+        "tie_word_embeddings": False,
     },
     "deepseek-v2": {
-        "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": 5120,
-        "intermediate_size": 12288, "moe_intermediate_size": 1536, "num_hidden_layers": 60,
-        "num_attention_heads": 128, "num_key_value_heads": 128, "n_routed_experts": 160, "n_shared_experts": 2,
-        "num_experts_per_tok": 6, "first_k_dense_replace": 1, "moe_layer_freq": 1, "q_lora_rank": 1536,
-        "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
-        "topk_method": "group_limited_greedy", "n_group": 8, "topk_group": 3, "routed_scaling_factor": 16.0,
-        "vocab_size": 102400, "max_position_embeddings": 163840, "tie_word_embeddings": False,
+        "architectures": ["DeepseekV2ForCausalLM"],
+        "model_type": "deepseek_v2",
+        "hidden_size": 5120,
+        "intermediate_size": 12288,
+        "moe_intermediate_size": 1536,
+        "num_hidden_layers": 60,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "n_routed_experts": 160,
+        "n_shared_experts": 2,
+        "num_experts_per_tok": 6,
+        "first_k_dense_replace": 1,
+        "moe_layer_freq": 1,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "topk_method": "group_limited_greedy",
+        "n_group": 8,
+        "topk_group": 3,
+        "routed_scaling_factor": 16.0,
+        "vocab_size": 102400,
+        "max_position_embeddings": 163840,
+        "tie_word_embeddings": False,
     },
     "deepseek-v3": {
-        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
-        "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
-        "num_attention_heads": 128, "num_key_value_heads": 128, "n_routed_experts": 256, "n_shared_experts": 1,
-        "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1, "q_lora_rank": 1536,
-        "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
-        "topk_method": "noaux_tc", "scoring_func": "sigmoid", "n_group": 8, "topk_group": 4,
-        "norm_topk_prob": True, "routed_scaling_factor": 2.5, "num_nextn_predict_layers": 1,
-        "vocab_size": 129280, "max_position_embeddings": 163840, "tie_word_embeddings": False,
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "hidden_size": 7168,
+        "intermediate_size": 18432,
+        "moe_intermediate_size": 2048,
+        "num_hidden_layers": 61,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 8,
+        "first_k_dense_replace": 3,
+        "moe_layer_freq": 1,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "n_group": 8,
+        "topk_group": 4,
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "num_nextn_predict_layers": 1,
+        "vocab_size": 129280,
+        "max_position_embeddings": 163840,
+        "tie_word_embeddings": False,
     },
     "olmoe-1b-7b": {
-        "architectures": ["OlmoeForCausalLM"], "model_type": "olmoe", "hidden_size": 2048,
-        "intermediate_size": 1024, "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16,
-        "num_experts": 64, "num_experts_per_tok": 8, "norm_topk_prob": False, "clip_qkv": None,
-        "vocab_size": 50304, "max_position_embeddings": 4096, "rope_theta": 10000.0, "tie_word_embeddings": False,
+        "architectures": ["OlmoeForCausalLM"],
+        "model_type": "olmoe",
+        "hidden_size": 2048,
+        "intermediate_size": 1024,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "num_experts": 64,
+        "num_experts_per_tok": 8,
+        "norm_topk_prob": False,
+        "clip_qkv": None,
+        "vocab_size": 50304,
+        "max_position_embeddings": 4096,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
     },
     "gpt-oss-120b": {
-        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 2880,
-        "intermediate_size": 2880, "num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8,
-        "head_dim": 64, "num_local_experts": 128, "num_experts_per_tok": 4, "experts_per_token": 4,
-        "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18, "swiglu_limit": 7.0,
-        "vocab_size": 201088, "max_position_embeddings": 131072, "tie_word_embeddings": False,
+        "architectures": ["GptOssForCausalLM"],
+        "model_type": "gpt_oss",
+        "hidden_size": 2880,
+        "intermediate_size": 2880,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "num_local_experts": 128,
+        "num_experts_per_tok": 4,
+        "experts_per_token": 4,
+        "sliding_window": 128,
+        "layer_types": ["sliding_attention", "full_attention"] * 18,
+        "swiglu_limit": 7.0,
+        "vocab_size": 201088,
+        "max_position_embeddings": 131072,
+        "tie_word_embeddings": False,
     },
     "llama-2-7b": {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-        "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
-        "vocab_size": 32000, "max_position_embeddings": 4096, "tie_word_embeddings": False, "pretraining_tp": 1,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": False,
+        "pretraining_tp": 1,
         "rope_scaling": None,
     },
     "llama-2-13b": {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 5120,
-        "intermediate_size": 13824, "num_hidden_layers": 40, "num_attention_heads": 40, "num_key_value_heads": 40,
-        "vocab_size": 32000, "max_position_embeddings": 4096, "tie_word_embeddings": False,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 5120,
+        "intermediate_size": 13824,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 40,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": False,
     },
 }
 
@@ -172,9 +331,20 @@ def _tiny(tmp_path, cfg: dict):
 
 
 def test_tiny_mixtral(tmp_path):
-    m = _tiny(tmp_path, {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 8,
-                         "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 16,
-                         "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 32})
+    m = _tiny(
+        tmp_path,
+        {
+            "model_type": "mixtral",
+            "num_hidden_layers": 2,
+            "hidden_size": 8,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "intermediate_size": 16,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "vocab_size": 32,
+        },
+    )
     # head_dim 4: q 8, kv 4 -> attn 8*8 + 2*8*4 + 8*8 = 192; norms 16; router 32; experts 4 * 3*8*16 = 1536
     # layer 1776 x 2 + final norm 8 + embedding and head 2*32*8 = 512
     assert (m.num_experts, m.moe_router_topk, m.expert_ffn) == (4, 2, 16)
@@ -184,11 +354,24 @@ def test_tiny_mixtral(tmp_path):
 
 
 def test_tiny_qwen2_moe_sparse_step_and_mlp_only_layers(tmp_path):
-    m = _tiny(tmp_path, {"model_type": "qwen2_moe", "num_hidden_layers": 4, "hidden_size": 8,
-                         "num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 24,
-                         "moe_intermediate_size": 4, "shared_expert_intermediate_size": 12, "num_experts": 4,
-                         "num_experts_per_tok": 2, "decoder_sparse_step": 2, "mlp_only_layers": [3],
-                         "vocab_size": 32})
+    m = _tiny(
+        tmp_path,
+        {
+            "model_type": "qwen2_moe",
+            "num_hidden_layers": 4,
+            "hidden_size": 8,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "intermediate_size": 24,
+            "moe_intermediate_size": 4,
+            "shared_expert_intermediate_size": 12,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "decoder_sparse_step": 2,
+            "mlp_only_layers": [3],
+            "vocab_size": 32,
+        },
+    )
     # MoE iff (i+1) % 2 == 0 and i not in mlp_only_layers -> only layer 1
     assert m.layer_kinds == ("dense", "moe", "dense", "dense")
     # attn (MHA, q = kv = 8) 8*24 + 8*8 = 256 + QKV bias 24 = 280; norms 16
@@ -199,10 +382,23 @@ def test_tiny_qwen2_moe_sparse_step_and_mlp_only_layers(tmp_path):
 
 
 def test_tiny_qwen3_moe_explicit_head_dim_and_tied_embeddings(tmp_path):
-    m = _tiny(tmp_path, {"model_type": "qwen3_moe", "num_hidden_layers": 2, "hidden_size": 8,
-                         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 6, "intermediate_size": 16,
-                         "moe_intermediate_size": 4, "num_experts": 4, "num_experts_per_tok": 1,
-                         "vocab_size": 16, "tie_word_embeddings": True})
+    m = _tiny(
+        tmp_path,
+        {
+            "model_type": "qwen3_moe",
+            "num_hidden_layers": 2,
+            "hidden_size": 8,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 6,
+            "intermediate_size": 16,
+            "moe_intermediate_size": 4,
+            "num_experts": 4,
+            "num_experts_per_tok": 1,
+            "vocab_size": 16,
+            "tie_word_embeddings": True,
+        },
+    )
     # q 4*6 = 24, kv 2*6 = 12: 8*(24+24) + 24*8 = 576, + q/k norms 2*6 -> 588; norms 16; router 32;
     # experts 4 * 3*8*4 = 384 -> layer 1020; x2 + final 8 + one tied matrix 16*8 = 128
     assert m.attention_params == 588
@@ -213,12 +409,30 @@ def test_tiny_qwen3_moe_explicit_head_dim_and_tied_embeddings(tmp_path):
 
 
 def test_tiny_deepseek_v2_first_k_dense(tmp_path):
-    m = _tiny(tmp_path, {"model_type": "deepseek_v2", "num_hidden_layers": 3, "hidden_size": 8,
-                         "num_attention_heads": 2, "num_key_value_heads": 2, "q_lora_rank": None, "kv_lora_rank": 4,
-                         "qk_nope_head_dim": 2, "qk_rope_head_dim": 2, "v_head_dim": 2, "intermediate_size": 16,
-                         "moe_intermediate_size": 4, "n_routed_experts": 4, "n_shared_experts": 1,
-                         "num_experts_per_tok": 2, "first_k_dense_replace": 1, "moe_layer_freq": 1,
-                         "topk_method": "greedy", "vocab_size": 16})
+    m = _tiny(
+        tmp_path,
+        {
+            "model_type": "deepseek_v2",
+            "num_hidden_layers": 3,
+            "hidden_size": 8,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "q_lora_rank": None,
+            "kv_lora_rank": 4,
+            "qk_nope_head_dim": 2,
+            "qk_rope_head_dim": 2,
+            "v_head_dim": 2,
+            "intermediate_size": 16,
+            "moe_intermediate_size": 4,
+            "n_routed_experts": 4,
+            "n_shared_experts": 1,
+            "num_experts_per_tok": 2,
+            "first_k_dense_replace": 1,
+            "moe_layer_freq": 1,
+            "topk_method": "greedy",
+            "vocab_size": 16,
+        },
+    )
     # MLA: q 8*2*4 = 64; kv 8*(4+2) + 4 + 4*2*(2+2) = 84; o 2*2*8 = 32 -> 180
     # dense 180 + 16 + 3*8*16 = 580; MoE 180 + 16 + router 32 + experts 4*96 + shared 96 = 708
     assert m.layer_kinds == ("dense", "moe", "moe")
@@ -228,12 +442,30 @@ def test_tiny_deepseek_v2_first_k_dense(tmp_path):
 
 
 def test_tiny_deepseek_v3_with_mtp(tmp_path):
-    m = _tiny(tmp_path, {"model_type": "deepseek_v3", "num_hidden_layers": 3, "hidden_size": 8,
-                         "num_attention_heads": 2, "num_key_value_heads": 2, "q_lora_rank": 4, "kv_lora_rank": 4,
-                         "qk_nope_head_dim": 2, "qk_rope_head_dim": 2, "v_head_dim": 2, "intermediate_size": 16,
-                         "moe_intermediate_size": 4, "n_routed_experts": 4, "n_shared_experts": 1,
-                         "num_experts_per_tok": 2, "first_k_dense_replace": 1, "topk_method": "noaux_tc",
-                         "num_nextn_predict_layers": 1, "vocab_size": 16})
+    m = _tiny(
+        tmp_path,
+        {
+            "model_type": "deepseek_v3",
+            "num_hidden_layers": 3,
+            "hidden_size": 8,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "q_lora_rank": 4,
+            "kv_lora_rank": 4,
+            "qk_nope_head_dim": 2,
+            "qk_rope_head_dim": 2,
+            "v_head_dim": 2,
+            "intermediate_size": 16,
+            "moe_intermediate_size": 4,
+            "n_routed_experts": 4,
+            "n_shared_experts": 1,
+            "num_experts_per_tok": 2,
+            "first_k_dense_replace": 1,
+            "topk_method": "noaux_tc",
+            "num_nextn_predict_layers": 1,
+            "vocab_size": 16,
+        },
+    )
     # q 8*4 + 4 + 4*2*4 = 68; kv 84; o 32 -> 184; dense 184 + 16 + 384 = 584
     # MoE 184 + 16 + router 32 + bias 4 + experts 384 + shared 96 = 716
     assert m.layer_kinds == ("dense", "moe", "moe", "mtp")
@@ -244,9 +476,19 @@ def test_tiny_deepseek_v3_with_mtp(tmp_path):
 
 
 def test_tiny_olmoe(tmp_path):
-    m = _tiny(tmp_path, {"model_type": "olmoe", "num_hidden_layers": 1, "hidden_size": 8,
-                         "num_attention_heads": 2, "intermediate_size": 4, "num_experts": 4,
-                         "num_experts_per_tok": 2, "vocab_size": 16})
+    m = _tiny(
+        tmp_path,
+        {
+            "model_type": "olmoe",
+            "num_hidden_layers": 1,
+            "hidden_size": 8,
+            "num_attention_heads": 2,
+            "intermediate_size": 4,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "vocab_size": 16,
+        },
+    )
     # MHA (kv heads default to heads), head_dim 4: 4*8*8 = 256 + per-head q/k norms 2*4 = 264
     # norms 16, router 32, experts 4 * 3*8*4 = 384 -> 696; + final 8 + 2*16*8
     assert m.qk_layernorm and m.groups == 2
@@ -254,9 +496,21 @@ def test_tiny_olmoe(tmp_path):
 
 
 def test_tiny_gpt_oss(tmp_path):
-    m = _tiny(tmp_path, {"model_type": "gpt_oss", "num_hidden_layers": 1, "hidden_size": 8,
-                         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 4, "intermediate_size": 6,
-                         "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 16})
+    m = _tiny(
+        tmp_path,
+        {
+            "model_type": "gpt_oss",
+            "num_hidden_layers": 1,
+            "hidden_size": 8,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 4,
+            "intermediate_size": 6,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "vocab_size": 16,
+        },
+    )
     # q 16, kv 8: weights 8*(16+16) + 16*8 = 384; biases 16+8+8 + 8 = 40; sinks 4 -> 428
     # expert: 3*8*6 = 144 + biases 2*6 + 8 = 164; router 8*4 + 4 = 36; norms 16
     assert (m.add_bias_linear, m.attention_sinks, m.moe_router_bias) == (True, True, True)
@@ -267,9 +521,18 @@ def test_tiny_gpt_oss(tmp_path):
 
 
 def test_tiny_llama(tmp_path):
-    m = _tiny(tmp_path, {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 8,
-                         "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 12,
-                         "vocab_size": 16})
+    m = _tiny(
+        tmp_path,
+        {
+            "model_type": "llama",
+            "num_hidden_layers": 2,
+            "hidden_size": 8,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "intermediate_size": 12,
+            "vocab_size": 16,
+        },
+    )
     # GQA q 8, kv 4: 8*16 + 8*8 = 192; MLP 3*8*12 = 288; norms 16 -> 496 per layer
     assert not m.is_moe and m.layer_kinds == ("dense", "dense")
     assert m.total_params == 2 * 496 + 8 + 2 * 16 * 8 == 1256
@@ -283,17 +546,37 @@ def test_tiny_llama(tmp_path):
     "the importer maps it to add_qkv_bias only, so the o_proj bias (h per layer) is not counted",
 )
 def test_tiny_llama_attention_bias_includes_output_projection(tmp_path):
-    m = _tiny(tmp_path, {"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 8,
-                         "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 12,
-                         "vocab_size": 16, "attention_bias": True})
+    m = _tiny(
+        tmp_path,
+        {
+            "model_type": "llama",
+            "num_hidden_layers": 1,
+            "hidden_size": 8,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "intermediate_size": 12,
+            "vocab_size": 16,
+            "attention_bias": True,
+        },
+    )
     # weights 192 + biases q 8, k 4, v 4, o 8
     assert m.attention_params == 192 + 8 + 4 + 4 + 8
 
 
 def test_tiny_dense_qwen3_has_qk_norm(tmp_path):
-    m = _tiny(tmp_path, {"model_type": "qwen3", "num_hidden_layers": 1, "hidden_size": 8,
-                         "num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 12,
-                         "head_dim": 4, "vocab_size": 16})
+    m = _tiny(
+        tmp_path,
+        {
+            "model_type": "qwen3",
+            "num_hidden_layers": 1,
+            "hidden_size": 8,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "intermediate_size": 12,
+            "head_dim": 4,
+            "vocab_size": 16,
+        },
+    )
     assert m.qk_layernorm and not m.add_qkv_bias
     assert m.attention_params == 4 * 8 * 8 + 2 * 4
 
@@ -320,8 +603,13 @@ def test_config_without_model_type_is_rejected(tmp_path):
 
 @pytest.mark.parametrize(
     ("mid", "key"),
-    [("mixtral-8x7b", "num_local_experts"), ("qwen3-30b-a3b", "moe_intermediate_size"),
-     ("deepseek-v3", "kv_lora_rank"), ("gpt-oss-120b", "num_experts_per_tok"), ("llama-2-7b", "hidden_size")],
+    [
+        ("mixtral-8x7b", "num_local_experts"),
+        ("qwen3-30b-a3b", "moe_intermediate_size"),
+        ("deepseek-v3", "kv_lora_rank"),
+        ("gpt-oss-120b", "num_experts_per_tok"),
+        ("llama-2-7b", "hidden_size"),
+    ],
 )
 def test_missing_required_key_names_it(tmp_path, mid, key):
     cfg = dict(HF_CONFIGS[mid])

@@ -8,6 +8,7 @@ the test. None is produced by running our own code.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -57,34 +58,59 @@ OFFICIAL = [
     ("mixtral-8x7b", "46.7", "total_params", "12.9", "active_params", "all_embeddings", "round"),
     ("mixtral-8x22b", "141", "total_params", "39", "active_params", "all_embeddings", "round"),
     # DeepSeek-V2 paper: 15.7B / 2.4B; the architecture gives 2.451B active (moe-models.yaml formula 2.45)
-    ("deepseek-v2-lite", "15.7", "total_params", "2.4", "active_params_no_input_embedding", "excl_input_embedding",
-     "trunc"),
+    (
+        "deepseek-v2-lite",
+        "15.7",
+        "total_params",
+        "2.4",
+        "active_params_no_input_embedding",
+        "excl_input_embedding",
+        "trunc",
+    ),
     ("deepseek-v2", "236", "total_params", "21", "active_params_no_input_embedding", "excl_input_embedding", "round"),
-    ("deepseek-v3", "671", "total_params_main", "37", "active_params_no_input_embedding", "excl_input_embedding",
-     "round"),
+    (
+        "deepseek-v3",
+        "671",
+        "total_params_main",
+        "37",
+        "active_params_no_input_embedding",
+        "excl_input_embedding",
+        "round",
+    ),
     # Qwen model card: 3.3B activated; the architecture gives 3.353B (moe-models.yaml formula 3.35)
     ("qwen3-30b-a3b", "30.5", "total_params", "3.3", "active_params", "all_embeddings", "trunc"),
+    # Moonshot's model card: 16B total, 3B activated (rounded); the architecture gives 15.96B / 2.91B
+    ("moonlight-16b-a3b", "16", "total_params", "3", "active_params", "all_embeddings", "round"),
     ("qwen3-235b-a22b", "235", "total_params", "22", "active_params", "all_embeddings", "round"),
     ("qwen2-57b-a14b", "57", "total_params", "14", "active_params", "all_embeddings", "round"),
     ("olmoe-1b-7b", "6.9", "total_params", "1.3", "active_params", "all_embeddings", "round"),
-    ("gpt-oss-120b", "116.83", "total_params", "5.13", "active_params_no_input_embedding", "excl_input_embedding",
-     "round"),
+    (
+        "gpt-oss-120b",
+        "116.83",
+        "total_params",
+        "5.13",
+        "active_params_no_input_embedding",
+        "excl_input_embedding",
+        "round",
+    ),
     ("dbrx", "132", "total_params", "36", "active_params", "all_embeddings", "round"),
     ("llama-2-7b", "7", "total_params", "7", "active_params", "all_embeddings", "round"),
     ("llama-2-13b", "13", "total_params", "13", "active_params", "all_embeddings", "round"),
 ]
 
 
-@pytest.mark.parametrize(("mid", "total", "total_attr", "active", "active_attr", "conv", "rounding"), OFFICIAL,
-                         ids=[r[0] for r in OFFICIAL])
+@pytest.mark.parametrize(
+    ("mid", "total", "total_attr", "active", "active_attr", "conv", "rounding"), OFFICIAL, ids=[r[0] for r in OFFICIAL]
+)
 def test_param_counts_match_official(mid, total, total_attr, active, active_attr, conv, rounding):
     m = _model(mid)
     _assert_official(getattr(m, total_attr), total, "round", f"{mid} total")
     _assert_official(getattr(m, active_attr), active, rounding, f"{mid} active")
 
 
-@pytest.mark.parametrize(("mid", "total", "total_attr", "active", "active_attr", "conv", "rounding"), OFFICIAL,
-                         ids=[r[0] for r in OFFICIAL])
+@pytest.mark.parametrize(
+    ("mid", "total", "total_attr", "active", "active_attr", "conv", "rounding"), OFFICIAL, ids=[r[0] for r in OFFICIAL]
+)
 def test_catalog_official_block_matches_source(mid, total, total_attr, active, active_attr, conv, rounding):
     """The `official` block in models/<id>.yaml says what the lab says, with the lab's convention."""
     off = _model(mid).official
@@ -238,8 +264,10 @@ def test_llama2_is_all_dense(mid, n):
     assert m.total_params == m.active_params
 
 
-@pytest.mark.parametrize(("mid", "n"), [("mixtral-s", 24), ("mixtral-l", 48), ("mixtral-8x7b", 32),
-                                         ("qwen3-235b-a22b", 94), ("gpt-oss-120b", 36)])
+@pytest.mark.parametrize(
+    ("mid", "n"),
+    [("mixtral-s", 24), ("mixtral-l", 48), ("mixtral-8x7b", 32), ("qwen3-235b-a22b", 94), ("gpt-oss-120b", 36)],
+)
 def test_all_moe_models(mid, n):
     assert _model(mid).layer_kinds == ("moe",) * n
 
@@ -254,7 +282,12 @@ def test_hapmoe_model_settings():
     s, big = _model("mixtral-s"), _model("mixtral-l")
     assert (s.num_layers, s.hidden_size, s.expert_ffn, s.num_attention_heads, s.groups) == (24, 4096, 14336, 32, 8)
     assert (big.num_layers, big.hidden_size, big.expert_ffn, big.num_attention_heads, big.groups) == (
-        48, 6144, 16384, 48, 8)
+        48,
+        6144,
+        16384,
+        48,
+        8,
+    )
     for m in (s, big):
         assert (m.num_experts, m.moe_router_topk) == (8, 2)
         assert (m.defaults.seq_length, m.defaults.micro_batch_size) == (4096, 1)
@@ -264,8 +297,15 @@ def test_hapmoe_model_settings():
 
 # --------------------------------------------------------------------------------------------------------
 # (d) Megatron's --moe-layer-freq forms (megatron/training/arguments.py `moe_freq_type` help text)
-BASE = {"name": "t", "num_layers": 12, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 128,
-        "num_experts": 4, "moe_router_topk": 2}
+BASE = {
+    "name": "t",
+    "num_layers": 12,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "vocab_size": 128,
+    "num_experts": 4,
+    "moe_router_topk": 2,
+}
 
 
 @pytest.mark.parametrize(
@@ -317,10 +357,23 @@ def test_moe_layer_freq_garbage_is_a_spec_error(freq):
 def test_tiny_gqa_moe_closed_form():
     # 3 layers, pattern dense/moe/moe; h=8, 4 heads of 4 (q width 16), 2 KV groups (kv width 8); dense FFN 20,
     # 4 experts of width 6, top-2, shared expert 10 with gate, router bias; vocab 100 untied; RMSNorm.
-    doc = {"name": "tiny", "num_layers": 3, "hidden_size": 8, "num_attention_heads": 4, "num_query_groups": 2,
-           "kv_channels": 4, "ffn_hidden_size": 20, "num_experts": 4, "moe_router_topk": 2,
-           "moe_ffn_hidden_size": 6, "moe_shared_expert_intermediate_size": 10, "moe_shared_expert_gate": True,
-           "moe_router_bias": True, "moe_layer_freq": [0, 1, 1], "vocab_size": 100}
+    doc = {
+        "name": "tiny",
+        "num_layers": 3,
+        "hidden_size": 8,
+        "num_attention_heads": 4,
+        "num_query_groups": 2,
+        "kv_channels": 4,
+        "ffn_hidden_size": 20,
+        "num_experts": 4,
+        "moe_router_topk": 2,
+        "moe_ffn_hidden_size": 6,
+        "moe_shared_expert_intermediate_size": 10,
+        "moe_shared_expert_gate": True,
+        "moe_router_bias": True,
+        "moe_layer_freq": [0, 1, 1],
+        "vocab_size": 100,
+    }
     m = model_from_dict(doc, "tiny.yaml")
     attn = 8 * 16 + 8 * 8 + 8 * 8 + 16 * 8  # Wq, Wk, Wv, Wo = 384
     norms = 8 + 8  # pre-attention and pre-MLP RMSNorm
@@ -347,9 +400,18 @@ def test_tiny_gqa_moe_closed_form():
 
 def test_tiny_dense_layernorm_biases_tied():
     # LayerNorm (weight + bias), all linear biases, GELU MLP (2 matrices), tied embeddings, MHA
-    doc = {"name": "d", "num_layers": 2, "hidden_size": 6, "num_attention_heads": 2, "ffn_hidden_size": 12,
-           "vocab_size": 10, "swiglu": False, "normalization": "LayerNorm", "add_bias_linear": True,
-           "untie_embeddings_and_output_weights": False}
+    doc = {
+        "name": "d",
+        "num_layers": 2,
+        "hidden_size": 6,
+        "num_attention_heads": 2,
+        "ffn_hidden_size": 12,
+        "vocab_size": 10,
+        "swiglu": False,
+        "normalization": "LayerNorm",
+        "add_bias_linear": True,
+        "untie_embeddings_and_output_weights": False,
+    }
     m = model_from_dict(doc, "d.yaml")
     attn = 4 * 6 * 6 + 3 * 6 + 6  # QKV + O weights, QKV bias, O bias = 168
     mlp = 2 * 6 * 12 + 12 + 6  # fc1, fc2 weights and biases = 162
@@ -364,11 +426,27 @@ def test_tiny_dense_layernorm_biases_tied():
 def test_tiny_mla_with_mtp_closed_form():
     # MLA with q compression, 2 layers dense/moe, one MTP layer; h=8, 2 heads, q_lora 4, kv_lora 4,
     # qk nope 2 + rope 2, v 2; dense FFN 16; 4 experts of 4, top-1; shared 4; router bias; vocab 16 untied
-    doc = {"name": "mla", "num_layers": 2, "hidden_size": 8, "num_attention_heads": 2, "ffn_hidden_size": 16,
-           "num_experts": 4, "moe_router_topk": 1, "moe_ffn_hidden_size": 4,
-           "moe_shared_expert_intermediate_size": 4, "moe_layer_freq": "([0]*1+[1]*1)", "moe_router_bias": True,
-           "multi_latent_attention": True, "q_lora_rank": 4, "kv_lora_rank": 4, "qk_head_dim": 2,
-           "qk_pos_emb_head_dim": 2, "v_head_dim": 2, "mtp_num_layers": 1, "vocab_size": 16}
+    doc = {
+        "name": "mla",
+        "num_layers": 2,
+        "hidden_size": 8,
+        "num_attention_heads": 2,
+        "ffn_hidden_size": 16,
+        "num_experts": 4,
+        "moe_router_topk": 1,
+        "moe_ffn_hidden_size": 4,
+        "moe_shared_expert_intermediate_size": 4,
+        "moe_layer_freq": "([0]*1+[1]*1)",
+        "moe_router_bias": True,
+        "multi_latent_attention": True,
+        "q_lora_rank": 4,
+        "kv_lora_rank": 4,
+        "qk_head_dim": 2,
+        "qk_pos_emb_head_dim": 2,
+        "v_head_dim": 2,
+        "mtp_num_layers": 1,
+        "vocab_size": 16,
+    }
     m = model_from_dict(doc, "mla.yaml")
     q = 8 * 4 + 4 + 4 * 2 * (2 + 2)  # down-proj, q norm, up-proj = 68
     kv = 8 * (4 + 2) + 4 + 4 * 2 * (2 + 2)  # down-proj (latent + rope key), kv norm, up-proj = 84
@@ -387,19 +465,44 @@ def test_tiny_mla_with_mtp_closed_form():
 
 
 def test_tiny_mtp_layer_has_three_norms():
-    doc = {"name": "mla", "num_layers": 2, "hidden_size": 8, "num_attention_heads": 2, "ffn_hidden_size": 16,
-           "num_experts": 4, "moe_router_topk": 1, "moe_ffn_hidden_size": 4,
-           "moe_shared_expert_intermediate_size": 4, "moe_layer_freq": [0, 1], "moe_router_bias": True,
-           "multi_latent_attention": True, "q_lora_rank": 4, "kv_lora_rank": 4, "qk_head_dim": 2,
-           "qk_pos_emb_head_dim": 2, "v_head_dim": 2, "mtp_num_layers": 1, "vocab_size": 16}
+    doc = {
+        "name": "mla",
+        "num_layers": 2,
+        "hidden_size": 8,
+        "num_attention_heads": 2,
+        "ffn_hidden_size": 16,
+        "num_experts": 4,
+        "moe_router_topk": 1,
+        "moe_ffn_hidden_size": 4,
+        "moe_shared_expert_intermediate_size": 4,
+        "moe_layer_freq": [0, 1],
+        "moe_router_bias": True,
+        "multi_latent_attention": True,
+        "q_lora_rank": 4,
+        "kv_lora_rank": 4,
+        "qk_head_dim": 2,
+        "qk_pos_emb_head_dim": 2,
+        "v_head_dim": 2,
+        "mtp_num_layers": 1,
+        "vocab_size": 16,
+    }
     m = model_from_dict(doc, "mla.yaml")
     moe = 184 + 16 + 36 + 96 + 384
     assert m.total_params - m.total_params_main == moe + 2 * 8 * 8 + 3 * 8
 
 
 def test_default_ffn_width_follows_megatron_for_swiglu():
-    m = model_from_dict({"name": "x", "num_layers": 2, "hidden_size": 4096, "num_attention_heads": 32,
-                         "vocab_size": 32000, "swiglu": True}, "x.yaml")
+    m = model_from_dict(
+        {
+            "name": "x",
+            "num_layers": 2,
+            "hidden_size": 4096,
+            "num_attention_heads": 32,
+            "vocab_size": 32000,
+            "swiglu": True,
+        },
+        "x.yaml",
+    )
     assert m.ffn == 10880  # int(4 * 4096 * 2 / 3 / 64) * 64
 
 
@@ -409,8 +512,10 @@ def test_num_experts_zero_means_dense():
 
 
 def test_default_ffn_width_without_swiglu_is_4h():
-    m = model_from_dict({"name": "x", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-                         "vocab_size": 128, "swiglu": False}, "x.yaml")
+    m = model_from_dict(
+        {"name": "x", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 128, "swiglu": False},
+        "x.yaml",
+    )
     assert m.ffn == 256
     assert m.head_dim == 16
 
@@ -420,3 +525,19 @@ def test_vocab_padding_follows_megatron():
     assert m.padded_vocab(1) == 32128
     assert m.padded_vocab(8) == 32768  # multiple of 128 * 8
     assert model_from_dict({**BASE, "vocab_size": 151936}, "t.yaml").padded_vocab(1) == 151936
+
+
+@pytest.mark.parametrize(
+    ("seq", "window", "freq", "layers"), [(64, 8, 2, 4), (40, 16, 0, 3), (32, 32, 2, 2), (50, 7, 3, 6)]
+)
+def test_attention_keys_factor_matches_enumeration(seq, window, freq, layers):
+    """Windowed layers: the exact mean of min(i+1, W) keys over positions; full layers count S/2 (the cost
+    model's and Megatron's causal convention); every freq-th layer (1-based) is full."""
+    m = replace(_model("llama-2-7b"), num_layers=layers, window_size=window, window_attn_skip_freq=freq)
+    total = 0.0
+    for layer in range(1, layers + 1):
+        if (freq and layer % freq == 0) or window >= seq:
+            total += 1.0
+        else:
+            total += sum(min(i + 1, window) for i in range(seq)) / seq / (seq / 2)
+    assert m.attention_keys_factor(seq) == pytest.approx(total / layers, rel=1e-12)

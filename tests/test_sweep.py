@@ -452,3 +452,55 @@ def test_progress_bar_goes_to_stderr(tmp_path, capsys):
     cap = capsys.readouterr()
     assert "sweep (local)" in cap.err and "2/2" in cap.err
     assert cap.out == ""
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(d))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_driver_takes_its_workers_along(tmp_path):
+    """SIGKILL cannot be caught, so the workers watch their parent and exit when it is gone."""
+    import signal
+    import subprocess
+    import time
+
+    script = (
+        "import sys\n"
+        "from hapmoe_milp.sweep import cases_from_clusters, run_sweep\n"
+        "cases = cases_from_clusters(['mixtral-l'], ['256-h800-910b', '1024-h100-a100'])\n"
+        "run_sweep(cases, sys.argv[1], workers=2, time_limit=600, progress=False)\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "r.jsonl")])
+    try:
+        deadline = time.monotonic() + 120
+        kids: list[int] = []
+        while time.monotonic() < deadline and len(kids) < 2:
+            time.sleep(0.2)
+            kids = [k for k in _children(p.pid) if _alive(k)]
+        assert len(kids) >= 2, "the pool did not start"
+        time.sleep(1.0)  # let the workers reach their solve
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_alive(k) for k in kids):
+        time.sleep(0.2)
+    assert not [k for k in kids if _alive(k)]

@@ -27,7 +27,8 @@ Formulas (all anchors and constants below are printed into each file's header an
       busbw(S) = B * S / (S + alpha * B * 1e9)        [GB/s]
 
   i.e. time = alpha + S / (B * 1e9): an alpha-beta model with a large-message busbw B per primitive and link class.
-  alpha_intra = 10 us, alpha_inter = 20 us (assumptions). Inter-node B = factor x NIC GB/s per device, with factor
+  alpha_intra per device (20 us from H100 NCCL all-reduce at 1-8 MB, 40 us from MI300X RCCL; others assumed 20 us),
+  alpha_inter = 20 us (assumption). Inter-node B = factor x NIC GB/s per device, with factor
   0.93 (all-reduce / all-gather / reduce-scatter), 0.85 (all-to-all), 0.90 (p2p).
 
 Output is deterministic (no timestamps, fixed key order, values rounded to 4 significant digits).
@@ -52,7 +53,7 @@ SCRIPT = "tools/derive_device_tables.py"
 
 # --------------------------------------------------------------------------------------------- global constants
 T0_S = 5e-6  # fixed per-GEMM launch + tail overhead (assumption)
-ALPHA_INTRA_S = 10e-6  # intra-node collective latency (assumption)
+ALPHA_INTRA_S = 20e-6  # intra-node collective latency (derived per device below; this is the H100 figure)
 ALPHA_INTER_S = 20e-6  # inter-node collective latency (assumption)
 ATTN_BWD_FACTOR = 0.8  # backward attention efficiency relative to forward (assumption)
 INTER_FACTOR = {  # large-message busbw as a fraction of the per-device NIC line rate (assumptions)
@@ -75,6 +76,19 @@ LIMULIDAE = "https://github.com/gameofdimension/limulidae"
 HETERMOE = "https://arxiv.org/abs/2504.03871"
 RTX_PCIE_NCCL = "https://github.com/NVIDIA/nccl/issues/1639"
 AMD_XGMI_BLOG = "https://rocm.blogs.amd.com/software-tools-optimization/mi300x-rccl-xgmi/README.html"
+AZURE_H100 = "https://github.com/Azure/AI-benchmarking-guide/blob/8fd0c6e1bd/Azure_Results/ND_H100_v5_results.md"
+AZURE_MI300X = (
+    "https://github.com/samuel-bohman/AI-benchmarking-guide/blob/3de0c294fd/Azure_Results/ND_MI300X_v5_results.md"
+)
+DEEPEP = "https://github.com/deepseek-ai/DeepEP/blob/dd758caf45/docs/legacy.md"
+HYBRID_EP = "https://github.com/deepseek-ai/DeepEP/blob/94a9f8f6b1/docs/README_Hybrid-EP.md"
+MORI = "https://github.com/ROCm/mori/blob/05bb5f4048/README.md"
+GROUPED_GEMM_PR = "https://github.com/tgale96/grouped_gemm/pull/37"
+MAMF = "https://github.com/stas00/ml-engineering/blob/744d01e18b/compute/accelerator/README.md"
+MBRIDGE_DISPATCH = (
+    "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/190603a831/skills/nemo-mbridge-perf-moe-dispatcher-selection/"
+    "SKILL.md"
+)
 
 
 # --------------------------------------------------------------------------------------------- anchors
@@ -127,6 +141,14 @@ class Device:
     intra_busbw: dict[str, A]
     devices_per_node: A = field(default_factory=lambda: src(8, "8 devices per node (HGX/OAM/Atlas baseboard)"))
     extra_assumptions: tuple[str, ...] = ()
+    runtime: dict[str, A] = field(default_factory=dict)  # overrides of default_runtime() with sourced anchors
+    alpha_intra: A = field(
+        default_factory=lambda: der(
+            ALPHA_INTRA_S,
+            "intra-node collective latency as H100's: 8-GPU NCCL all-reduce busbw 43.7 GB/s at 1 MB and 172 GB/s at "
+            f"8 MB with a 370 GB/s ring bandwidth give alpha = 20-26 us ({AZURE_H100}; calibration rows 36-37)",
+        )
+    )
 
 
 # ----------------------------------------------------------------------------- shared anchor builders
@@ -239,11 +261,25 @@ def devices() -> list[Device]:
             eta_gemm=src(0.79, f"large BF16 GEMM 783.7-789.2 TFLOP/s = 0.79-0.80 of 989.4 ({TPD})"),
             attn_knots=HOPPER_ATTN[0],
             attn_basis=HOPPER_ATTN[1],
-            memory_bound_efficiency=asm(0.8, "assumed: elementwise kernels reach 0.8 of HBM bandwidth"),
+            memory_bound_efficiency=der(
+                0.87, f"STREAM Copy 2.90 TB/s of 3.35 TB/s on Azure ND H100 v5 ({AZURE_H100}; calibration row 82)"
+            ),
             intra_busbw=switch_intra(
                 450,
                 src(370, "8-GPU ring all-reduce busbw 365-370 GB/s (nccl-tests #212, nccl #1455)"),
             ),
+            runtime={
+                "fp8_gemm_scale": der(
+                    0.88,
+                    f"maximum achievable matmul on H100 SXM: FP8 70.9% vs BF16 80.3% of peak ({MAMF}; rows 54, 60)",
+                ),
+                "flex_inter_GBps": der(
+                    48.0,
+                    f"HybridEP on H100 + IB at 16 ranks: BF16 dispatch 57.7, combine 57.0 GB/s algorithm bandwidth "
+                    f"({HYBRID_EP}; calibration rows 16-18); with two nodes nearly every token crosses once, so this "
+                    "is one 400G NIC's ~48 GB/s (nccl-tests #267)",
+                ),
+            },
         )
     )
 
@@ -281,7 +317,17 @@ def devices() -> list[Device]:
             eta_gemm=asm(0.79, f"assumed equal to H100 SXM (0.79-0.80 measured, {TPD}); no public H800 number"),
             attn_knots=HOPPER_ATTN[0],
             attn_basis=HOPPER_ATTN[1],
-            memory_bound_efficiency=asm(0.8, "assumed: elementwise kernels reach 0.8 of HBM bandwidth"),
+            memory_bound_efficiency=der(
+                0.87, f"as H100 (same HBM3 system): STREAM Copy 2.90 of 3.35 TB/s ({AZURE_H100})"
+            ),
+            runtime={
+                "flex_intra_GBps": src(
+                    155.0, f"DeepEP normal kernels, intranode EP8: dispatch 153, combine 158 GB/s NVLink ({DEEPEP})"
+                ),
+                "flex_inter_GBps": src(
+                    50.0, f"DeepEP normal kernels, internode EP16/32/64: 43/58/51 GB/s RDMA dispatch ({DEEPEP})"
+                ),
+            },
             intra_busbw=switch_intra(
                 200,
                 asm(160, "assumed: ring all-reduce busbw = 0.8 x 200 GB/s (215 measured in nccl #1374 is likely NVLS)"),
@@ -452,6 +498,17 @@ def devices() -> list[Device]:
                 900,
                 asm(720, "assumed: ring all-reduce busbw = 0.8 x 900 GB/s per-device NVLink; no public number cited"),
             ),
+            runtime={
+                "fp8_gemm_scale": der(
+                    0.98,
+                    f"maximum achievable matmul on B200 SXM: FP8 76.3% vs BF16 77.6% of peak ({MAMF}; rows 55, 61)",
+                ),
+                "flex_intra_GBps": src(
+                    600.0,
+                    f"DeepEP on B200 EP8 (48 SMs): BF16 dispatch 646, combine 586 GB/s; HybridEP (16 SMs) 536/531 "
+                    f"({HYBRID_EP}; calibration rows 19-21)",
+                ),
+            },
         )
     )
 
@@ -661,23 +718,41 @@ def devices() -> list[Device]:
             per_device_GBps=der(336, "derived: 7 links x 48 GB/s usable per direction (AMD ROCm xGMI blog)"),
             per_pair_GBps=src(48, "one xGMI link per pair: 64 GB/s raw, ~48 GB/s usable per direction"),
             nic_Gbps=src(400, "one 400 Gb/s NIC per GPU (8 x 400G platform)"),
-            eta_gemm=asm(
-                0.50,
-                "assumed: large BF16 GEMM ~600-650 TFLOP/s = 0.45-0.50 of 1307.4 (third-party Dec-2024 benchmark, "
-                "recalled, low confidence)",
+            eta_gemm=src(
+                0.51,
+                f"maximum achievable BF16 matmul 668.4 TFLOP/s = 51.4% of 1300 (TunableOp on; {MAMF}; calibration row 57)",
             ),
             attn_knots=((512, 0.25), (8192, 0.40)),
             attn_basis=(
                 "assumed: CK flash-attention on MI300X forward rises from ~0.25 of dense peak at 512 tokens to "
                 "~0.40 at >= 8K tokens"
             ),
-            memory_bound_efficiency=asm(0.7, "assumed: elementwise kernels reach 0.7 of HBM bandwidth"),
+            memory_bound_efficiency=der(
+                0.78, f"STREAM Copy 4.11 TB/s of 5.3 TB/s on Azure ND MI300X v5 ({AZURE_MI300X}; calibration row 83)"
+            ),
             intra_busbw={
+                "all_reduce": src(
+                    316.0,
+                    f"8-GPU RCCL all-reduce busbw 316.8 GB/s at 8 GB ({AZURE_MI300X}; row 44), 312.9 GB/s at 4 GiB "
+                    "(stas00/ml-engineering; row 45)",
+                ),
                 **{
-                    p: asm(0.65 * 336, f"assumed: {p.replace('_', '-')} busbw = 0.65 x 336 GB/s usable (mesh factor)")
-                    for p in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+                    p: asm(300.0, f"assumed: {p.replace('_', '-')} busbw = 0.95 x the measured all-reduce busbw")
+                    for p in ("all_gather", "reduce_scatter")
                 },
+                "all_to_all": asm(0.65 * 336, "assumed: all-to-all busbw = 0.65 x 336 GB/s usable (mesh factor)"),
                 "p2p": asm(0.65 * 48, "assumed: p2p = 0.65 x 48 GB/s usable single xGMI link"),
+            },
+            alpha_intra=der(
+                40e-6,
+                f"8-GPU RCCL all-reduce busbw 22.4 GB/s at 1 MB and 131.6 GB/s at 8 MB with B = 316 GB/s give alpha = "
+                f"37-41 us ({AZURE_MI300X}; rows 41-42)",
+            ),
+            runtime={
+                "flex_intra_GBps": src(315.0, f"MORI-EP EP8 on MI300X: dispatch 307, combine 330 GB/s XGMI ({MORI})"),
+                "flex_inter_GBps": src(
+                    55.0, f"MORI-EP EP16 on MI300X + CX7: dispatch 63, combine 49 GB/s RDMA ({MORI})"
+                ),
             },
         )
     )
@@ -830,6 +905,65 @@ def _fmt(v: float) -> str:
     return f"{v:g}"
 
 
+RUNTIME_NOTE = (
+    "named runtime terms (hapmoe_milp/specs/runtime.py): host launch and sync costs, grouped-GEMM and attention "
+    "scale factors, achieved HBM fraction, token-dispatch bandwidths per dispatcher and link class, overlap shares"
+)
+
+
+def default_runtime(dev: Device) -> dict[str, A]:
+    """Runtime terms from the device's own anchors and stated assumptions (override per device with sources)."""
+    nic = dev.nic_Gbps.value / 8.0
+    per_dev = dev.per_device_GBps.value
+    return {
+        "launch_us": der(
+            11.0,
+            "device idle per kernel in a 16xH100 Megatron-Bridge MoE training profile: 4.20-4.84 s of idle gaps over "
+            f"401,840 kernels per step = 10.5-12.0 us ({MBRIDGE_DISPATCH}); taken for every device on the same "
+            "software stack until profiled or calibrated",
+        ),
+        "sync_us": asm(50.0, "assumed: device-to-host copy latency plus draining the host's run-ahead queue"),
+        "gemm_scale": der(1.0, "1 = the derived gemm_efficiency curve as tabulated"),
+        "fp8_gemm_scale": asm(
+            0.9,
+            f"assumed: FP8 GEMMs reach ~0.9 of BF16's fraction of peak (H100 MAMF 70.9% FP8 vs 80.3% BF16 = 0.88, "
+            f"B200 76.3% vs 77.6% = 0.98; {MAMF})",
+        ),
+        "grouped_rows_half": der(
+            512.0,
+            "grouped expert GEMM on H100 (128 experts, K=2048, N=1536, 65536 tokens, CUTLASS SM90 cooperative) ran "
+            f"at 160.5 TFLOP/s = 0.16 of peak vs 0.79 dense ({GROUPED_GEMM_PR}; calibration rows 71-73); the rows per "
+            "expert it implies (128-2000) depend on how its token count is read, so the prior sits in between and "
+            "calibration decides",
+        ),
+        "attention_scale": der(1.0, "1 = the attention efficiency curves as tabulated"),
+        "memory_efficiency": dev.memory_bound_efficiency,
+        "a2a_intra_GBps": der(
+            dev.intra_busbw["all_to_all"].value, "= the intra-node all-to-all busbw anchor (NCCL all_to_all_single)"
+        ),
+        "a2a_inter_GBps": der(
+            INTER_FACTOR["all_to_all"] * nic,
+            f"= {INTER_FACTOR['all_to_all']:g} x NIC GB/s: NCCL all-to-all cannot aggregate NICs, one NIC's rate "
+            "(nccl-tests #267)",
+        ),
+        "flex_intra_GBps": asm(
+            0.75 * per_dev,
+            f"assumed: DeepEP-class dispatch at 0.75 x {per_dev:g} GB/s per-device scale-up link (DeepEP reaches "
+            "153-158 of 200 GB/s on H800, 646 of 900 on B200)",
+        ),
+        "flex_inter_GBps": asm(
+            0.95 * nic, f"assumed: DeepEP-class internode dispatch at 0.95 x {nic:g} GB/s NIC (43-58 GB/s on 50 GB/s)"
+        ),
+        "ep_latency_us": der(
+            40.0,
+            f"small-batch (128-token) EP8 dispatch latency 35 us (MORI, {MORI}) to 77 us (DeepEP low-latency, {DEEPEP})",
+        ),
+        "ep_overlap": asm(0.5, "assumed: half of EP communication hidden when EP overlap is on, until calibrated"),
+        "p2p_exposed": asm(1.0, "assumed: pipeline send/receive not hidden (1F1B waits on its batched p2p)"),
+        "dp_overlap": asm(1.0, "assumed: gradient reduce-scatter hides behind the whole last backward"),
+    }
+
+
 def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
     """Return (document, header comment lines) for one device."""
     peak = dev.peak_basis.value
@@ -844,10 +978,10 @@ def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
         b = dev.intra_busbw[p].value
         intra[p] = _table(
             BYTES_X,
-            [busbw(s, b, ALPHA_INTRA_S) for s in BYTES_X],
+            [busbw(s, b, dev.alpha_intra.value) for s in BYTES_X],
             "bytes",
             "GBps_busbw",
-            f"busbw(S) = B*S/(S + alpha*B*1e9), B = {_fmt(sig(b))} GB/s, alpha = {ALPHA_INTRA_S * 1e6:g} us",
+            f"busbw(S) = B*S/(S + alpha*B*1e9), B = {_fmt(sig(b))} GB/s, alpha = {dev.alpha_intra.value * 1e6:g} us",
         )
     inter: dict[str, Any] = {}
     for p in PRIMITIVES:
@@ -882,7 +1016,6 @@ def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
         "attention_bwd_efficiency": _table(
             SEQ_X, attn_b, "tokens", "fraction_of_peak", f"backward = {ATTN_BWD_FACTOR:g} x forward"
         ),
-        "memory_bound_efficiency": dev.memory_bound_efficiency.value,
         "collectives": {
             "note": "nccl-tests bus bandwidth (busbw) per rank vs message bytes per rank; inter = same device type",
             "intra": intra,
@@ -908,8 +1041,11 @@ def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
     add("intra_node.per_device_GBps", dev.per_device_GBps)
     add("intra_node.per_pair_GBps", dev.per_pair_GBps)
     add("nic_Gbps", dev.nic_Gbps)
+    add("alpha_intra_s", dev.alpha_intra)
     add("eta_gemm (large-GEMM fraction of peak)", dev.eta_gemm)
-    add("memory_bound_efficiency", dev.memory_bound_efficiency)
+    runtime = {**default_runtime(dev), **dev.runtime}
+    for name, a in runtime.items():
+        add(f"runtime.{name}", a)
     for p in PRIMITIVES:
         add(f"intra {p} large-message busbw B", dev.intra_busbw[p])
     assumptions += [
@@ -917,8 +1053,8 @@ def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
         "launch + tail overhead per GEMM",
         f"attention_efficiency: {dev.attn_basis}",
         f"attention_bwd_efficiency is assumed to be {ATTN_BWD_FACTOR:g} x the forward efficiency",
-        "collectives are derived: busbw(S) = B*S/(S + alpha*B*1e9) with assumed latencies alpha_intra = "
-        f"{ALPHA_INTRA_S * 1e6:g} us and alpha_inter = {ALPHA_INTER_S * 1e6:g} us",
+        "collectives are derived: busbw(S) = B*S/(S + alpha*B*1e9) with latencies alpha_intra = "
+        f"{dev.alpha_intra.value * 1e6:g} us (see alpha_intra) and alpha_inter = {ALPHA_INTER_S * 1e6:g} us (assumed)",
         "inter-node large-message busbw is assumed to be a fraction of the per-device NIC line rate (nic_Gbps/8): "
         + ", ".join(f"{p} {f:g}" for p, f in INTER_FACTOR.items())
         + " (0.93 is the H100 NDR per-NIC measurement, nccl-tests #290)",
@@ -946,6 +1082,7 @@ def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
         },
         "nic_Gbps": float(dev.nic_Gbps.value),
         "assumptions": assumptions,
+        "runtime": {"note": RUNTIME_NOTE, **{k: float(sig(a.value)) for k, a in runtime.items()}},
         "tables": tables,
     }
 
@@ -960,12 +1097,12 @@ def build(dev: Device) -> tuple[dict[str, Any], list[str]]:
         f"  attention_efficiency(seq): linear in log2(seq) through {knots_txt}; flat outside.",
         f"  attention_bwd_efficiency = {ATTN_BWD_FACTOR:g} x attention_efficiency.",
         "  collectives busbw(S) = B*S / (S + alpha*B*1e9) GB/s for S bytes per rank;",
-        f"    intra (alpha = {ALPHA_INTRA_S * 1e6:g} us): "
+        f"    intra (alpha = {dev.alpha_intra.value * 1e6:g} us): "
         + ", ".join(f"{p} B={_fmt(sig(dev.intra_busbw[p].value))}" for p in PRIMITIVES),
         f"    inter (alpha = {ALPHA_INTER_S * 1e6:g} us, NIC {_fmt(dev.nic_Gbps.value)} Gb/s = {_fmt(nic_GBps)} GB/s):",
         "      "
         + ", ".join(f"{p} B={INTER_FACTOR[p]:g}xNIC={_fmt(sig(INTER_FACTOR[p] * nic_GBps))}" for p in PRIMITIVES),
-        f"  memory_bound_efficiency = {dev.memory_bound_efficiency.value:g}.",
+        "  runtime: " + ", ".join(f"{k} = {_fmt(sig(a.value))}" for k, a in runtime.items()) + ".",
         "All tables clamp outside their x range; values rounded to 4 significant digits.",
     ]
     return doc, hdr

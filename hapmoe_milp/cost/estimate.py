@@ -97,7 +97,7 @@ def estimate(
     M = plan.num_microbatches
     taus = [t.tau for t in totals]
     pipe_cf = closed_form(taus, M, plan.vpp)
-    sync = [t.sync_exposed(st.overlap_grad_reduce, st.overlap_param_gather) for t in totals]
+    sync = [t.sync for t in totals]
     t_cf = pipe_cf + max(sync)
     if simulate_schedule:
         delays = [0.0] + [t.p2p_out for t in totals[:-1]]
@@ -144,6 +144,7 @@ def estimate(
     bt = totals[worst]
     breakdown = {
         "compute": M * bt.compute,
+        "host": M * bt.host,
         "tp": M * bt.tp,
         "cp": M * bt.cp,
         "ep": M * bt.ep,

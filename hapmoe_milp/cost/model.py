@@ -12,9 +12,24 @@ for MoE) element-wise work and stored activations are further split by TP.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from hapmoe_milp.config import ParallelConfig, Recompute, Settings
-from hapmoe_milp.cost.primitives import BF16, FP32, GIB, attention_time, collective_time, gemm_time, memory_time
+from hapmoe_milp.cost.kernels import layer_kernels
+from hapmoe_milp.cost.primitives import (
+    BF16,
+    FP32,
+    GIB,
+    attention_time,
+    collective_time,
+    dispatch_time,
+    distinct_groups,
+    gemm_time,
+    host_overhead,
+    memory_time,
+)
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.device import DeviceSpec
 from hapmoe_milp.specs.model import LayerKind, ModelSpec
@@ -51,10 +66,30 @@ class LayerCost:
     ag: float  # seconds: parameter all-gather after the step (distributed optimizer)
     opt: float  # seconds: optimizer step for this layer's shard
     work: float = 0.0  # transient bytes needed while this layer runs (not multiplied by in-flight count)
+    host: float = 0.0  # seconds the host adds beyond device work: launch-bound excess and syncs (fwd + bwd)
     parts: dict[str, float] = field(default_factory=dict, compare=False)
 
 
+@dataclass(frozen=True)
+class LayerSplit:
+    """A MoE layer's attention side (attention, router, norms, permute, shared experts, TP comm, host
+    overheads), per micro-batch on one rank, and the model's dense layers on the same mesh; routed
+    experts are priced apart by :meth:`CostModel.expert_gemms`."""
+
+    attention_fwd: float
+    attention_bwd: float
+    attention_act: float  # stored bytes without the routed experts' activations
+    dense_fwd: float
+    dense_bwd: float
+    dense_act: float
+
+
 ZERO = LayerCost(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+def _clip0(x: Any) -> Any:
+    """``max(0, x)`` for a float or, elementwise, a numpy array."""
+    return np.maximum(x, 0.0) if isinstance(x, np.ndarray) else max(0.0, x)
 
 
 def link_for_span(span: int, node_size: int) -> str:
@@ -64,10 +99,15 @@ def link_for_span(span: int, node_size: int) -> str:
 class CostModel:
     """Prices layers for one (model, cluster, settings); memoised per option."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, settings: Settings) -> None:
+    def __init__(
+        self, model: ModelSpec, cluster: ClusterSpec, settings: Settings, *, ep_comm_visible: bool = True
+    ) -> None:
+        """``ep_comm_visible=False`` prices expert-parallel dispatch/combine at zero and nothing else
+        differently: the view of an MoE-unaware planner (Metis-style), which profiles layers on one device."""
         self.model = model
         self.cluster = cluster
         self.settings = settings
+        self.ep_comm_visible = ep_comm_visible
         self._memo: dict[tuple, LayerCost] = {}
 
     # ------------------------------------------------------------------ helpers
@@ -77,7 +117,7 @@ class CostModel:
     def node(self, did: str) -> int:
         return self.cluster.node_size(did)
 
-    def _coll(self, dev: DeviceSpec, did: str, prim: str, size: float, n: int, span: int, **kw: float) -> float:
+    def collective(self, dev: DeviceSpec, did: str, prim: str, size: float, n: int, span: int, **kw: float) -> float:
         node = self.node(did)
         link = link_for_span(span, node)
         frac = dev.intra.group_bandwidth_fraction(n, node) if link == "intra" else 1.0
@@ -105,7 +145,8 @@ class CostModel:
         # ---- attention: projections (GEMMs, TP-sharded output dims) and flash-style core
         f_comp = 0.0
         attn_lin = self._attention_gemms(dev, t, tp, prec)
-        core_flops_f = t * S * self._core_macs() * 2 / tp  # causal: each query sees S/2 keys on average
+        # causal: each query sees S/2 keys on average (fewer under a sliding window)
+        core_flops_f = t * S * self._core_macs() * 2 / tp * m.attention_keys_factor(S)
         attn_core_f = attention_time(dev, core_flops_f, S, backward=False)
         attn_core_b = attention_time(dev, 2.5 * core_flops_f, S, backward=True)
         f_comp += attn_lin + attn_core_f
@@ -120,14 +161,11 @@ class CostModel:
         if is_moe:
             E = m.num_experts or 1
             k = m.moe_router_topk
-            fe = m.expert_ffn
             local = E // cfg.ep
             rows_per_expert = k * t * cfg.ep * cfg.etp / (tp * E)
             routed_rows = rows_per_expert * local
             imb = st.imbalance
-            exp_f = gemm_time(dev, rows_per_expert, (m.glu - 1) * fe / cfg.etp, h, prec, groups=local)
-            exp_f += gemm_time(dev, rows_per_expert, h, fe / cfg.etp, prec, groups=local)
-            exp_f += memory_time(dev, 3 * routed_rows * fe / cfg.etp * BF16)  # activation function
+            exp_f = self.expert_gemms(did, rows_per_expert, local, cfg.etp)
             router = gemm_time(dev, ts, E, h, "bf16") + memory_time(dev, 4 * ts * E * FP32)
             permute = memory_time(dev, PERMUTE_PASSES * k * ts * h * BF16)
             f_comp += imb * exp_f + router + permute
@@ -143,6 +181,20 @@ class CostModel:
             b_comp += 2 * mlp
             n_tp_coll += 2
 
+        # ---- FP8: every GEMM input is quantised first (read bf16, write fp8), activations forward and
+        # output gradients backward
+        if prec == "fp8":
+            ins = t * h + t * m.q_dim / tp
+            if is_moe:
+                ins += routed_rows * (h + m.expert_ffn / cfg.etp)
+                if m.moe_shared_expert_intermediate_size:
+                    ins += t * (h + m.moe_shared_expert_intermediate_size / tp)
+            else:
+                ins += t * (h + m.ffn / tp)
+            cast = memory_time(dev, 3 * ins)
+            f_comp += cast
+            b_comp += 2 * cast
+
         # ---- MTP extras: 2h->h projection and its own logits + loss
         if kind == "mtp":
             proj = gemm_time(dev, t, h / tp, 2 * h, prec)
@@ -157,8 +209,8 @@ class CostModel:
                 n_tp_coll
                 / 2
                 * (
-                    self._coll(dev, did, "all_gather", t * h * BF16, tp, tp)
-                    + self._coll(dev, did, "reduce_scatter", t * h * BF16, tp, tp)
+                    self.collective(dev, did, "all_gather", t * h * BF16, tp, tp)
+                    + self.collective(dev, did, "reduce_scatter", t * h * BF16, tp, tp)
                 )
             )
         # ---- context parallel: ring exchange of K/V chunks, hidden behind the attention core when it can be
@@ -166,36 +218,45 @@ class CostModel:
         if cp > 1:
             kv_shards = tp if m.multi_latent_attention else min(tp, m.groups)
             kv_bytes = t * (m.kv_dim + m.v_dim) * BF16 / kv_shards
-            step = self._coll(dev, did, "p2p", kv_bytes, 2, tp * cp)
+            step = self.collective(dev, did, "p2p", kv_bytes, 2, tp * cp)
             cp_f = max(0.0, (cp - 1) * step - attn_core_f)
             cp_b = max(0.0, 2 * (cp - 1) * step - attn_core_b)
         # ---- expert parallel: dispatch + combine
         ep_f = 0.0
-        if is_moe:
+        if is_moe and self.ep_comm_visible:
             ep_f = self._ep_comm(dev, did, cfg, ts)
-        # exposed fraction when EP communication is overlapped with compute (--overlap-moe-expert-parallel-comm):
-        # half, an assumption until calibrated; backward repeats the forward traffic
-        ep_exposed = 0.5 if st.overlap_ep_comm else 1.0
+        # EP overlap (--overlap-moe-expert-parallel-comm) runs one micro-batch's dispatch/combine beside another's
+        # computation, so it hides at most that computation: a share ep_overlap of min(comm, compute). Backward
+        # repeats the forward traffic.
+        ep_exposed = 1.0
+        if st.overlap_ep_comm and ep_f > 0:
+            hidden = dev.runtime.ep_overlap * min(2 * ep_f, f_comp + b_comp)
+            ep_exposed = 1.0 - hidden / (2 * ep_f)
         ep_total = 2 * ep_f * ep_exposed
 
         # ---- recompute: extra forward work during backward
         rec = rec_tp = rec_cp = rec_ep = 0.0
         if recompute == "full":
             # the re-run forward repeats its communication too; book it under tp/cp/ep, not compute
-            rec_tp, rec_cp, rec_ep = tp_f, cp_f, ep_f
-            rec = f_comp + tp_f + cp_f + ep_f
+            rec_tp, rec_cp, rec_ep = tp_f, cp_f, ep_f * ep_exposed
+            rec = f_comp + tp_f + cp_f + ep_f * ep_exposed
         elif recompute == "selective":
             rec = elem + (memory_time(dev, 3 * routed_rows * m.expert_ffn / cfg.etp * BF16) if is_moe else 0.0)
 
-        fwd = f_comp + tp_f + cp_f + (ep_total / 2)
-        bwd = b_comp + tp_f + cp_b + (ep_total / 2) + rec
+        gpu_f = f_comp + tp_f + cp_f + (ep_total / 2)
+        gpu_b = b_comp + tp_f + cp_b + (ep_total / 2) + rec
+        # ---- host: kernels issued per micro-batch, and the dropless router's token-count sync
+        kern = layer_kernels(m, cfg, kind, st.dispatcher, prec, recompute)
+        host_f = host_overhead(kern.fwd, dev, kern.syncs_fwd)
+        host_b = host_overhead(kern.bwd, dev, kern.syncs_bwd)
+        fwd, bwd, host = gpu_f + host_f, gpu_b + host_b, host_f + host_b
 
         # ---- memory: weights + optimizer state, stored activations
         p = m.layer_params(kind)
         dense_local = p["tp"] / tp + p["replicated"]
         exp_local = p["expert"] / (cfg.ep * cfg.etp) if p["expert"] else 0.0
         act, work = self._activations(cfg, t, kind, is_moe, recompute, routed_rows)
-        weights, rs, ag, opt = self._state_and_sync(dev, did, cfg, dense_local, exp_local)
+        weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, exp_local)
         return LayerCost(
             fwd=fwd,
             bwd=bwd,
@@ -211,8 +272,57 @@ class CostModel:
             ag=ag,
             opt=opt,
             work=work,
-            parts={"recompute": rec},
+            host=host,
+            parts={"recompute": rec, "kernels_fwd": kern.fwd, "kernels_bwd": kern.bwd},
         )
+
+    def expert_gemms(self, did: str, rows_per_expert: float, local: int, etp: int) -> float:
+        """Forward of ``local`` routed experts with ``rows_per_expert`` rows each at width F/ETP: the two
+        grouped GEMMs and the activation function (backward is twice this; imbalance not included)."""
+        m, dev = self.model, self.device(did)
+        fe, h, prec = m.expert_ffn, m.hidden_size, self.settings.precision
+        t = gemm_time(dev, rows_per_expert, (m.glu - 1) * fe / etp, h, prec, groups=local)
+        t += gemm_time(dev, rows_per_expert, h, fe / etp, prec, groups=local)
+        return t + memory_time(dev, 3 * rows_per_expert * local * fe / etp * BF16)
+
+    def layer_split(self, did: str, tp: int, b: int, recompute: Recompute) -> LayerSplit:
+        """One MoE layer cut where attention/expert disaggregation (HeterMoE's zebra parallelism) cuts it:
+        the attention side is the layer with every expert local (EP = ETP = 1, no dispatch) minus the
+        routed-expert work, which :meth:`expert_gemms` prices wherever the experts run."""
+        m, st = self.model, self.settings
+        cfg = ParallelConfig(tp=tp, dp=1, ep=1, etp=1)
+        lay = self.layer(did, cfg, b, "moe", recompute)
+        E, k = m.num_experts or 1, m.moe_router_topk
+        ts = b * st.seq_length / tp
+        routed = st.imbalance * self.expert_gemms(did, k * ts / E, E, 1)
+        full = recompute == "full"
+        glu_out = 2 if m.swiglu else 1
+        routed_act = k * ts * st.imbalance * (2 * m.hidden_size + 2 * glu_out * m.expert_ffn + 2 * m.expert_ffn)
+        dense_f = dense_b = dense_act = 0.0
+        if "dense" in m.layer_kinds:
+            dl = self.layer(did, cfg, b, "dense", recompute)
+            dense_f, dense_b, dense_act = dl.fwd, dl.bwd, dl.act
+        return LayerSplit(
+            attention_fwd=lay.fwd - routed,
+            attention_bwd=lay.bwd - 2 * routed - (routed if full else 0.0),
+            attention_act=lay.act - (0.0 if full else routed_act),
+            dense_fwd=dense_f,
+            dense_bwd=dense_b,
+            dense_act=dense_act,
+        )
+
+    def expert_act_per_row(self, etp: int, recompute: Recompute) -> float:
+        """Stored bytes per routed row on an expert device (input, fc1 output and activation at F/ETP)."""
+        m = self.model
+        glu_out = 2 if m.swiglu else 1
+        h, fe = m.hidden_size, m.expert_ffn / etp
+        return 2 * h if recompute == "full" else 2 * h + 2 * glu_out * fe + 2 * fe
+
+    def cross_dispatch(self, src: str, dst: str, total_bytes: float, src_devices: int, dst_devices: int) -> float:
+        """One dispatch (or combine) of ``total_bytes`` between two device types over the cross link:
+        bipartite, so the side with fewer devices sets the time; plus the link latency."""
+        bw = self.cluster.cross.bandwidth(self.device(src), self.device(dst)) * 1e9
+        return max(total_bytes / src_devices, total_bytes / dst_devices) / bw + self.cluster.cross.latency_us * 1e-6
 
     def _core_macs(self) -> float:
         """Attention-core multiply-accumulates per (query token, key token) pair, all heads."""
@@ -264,21 +374,34 @@ class CostModel:
                 return 0.0
             size = n_ep * ts * h * BF16
             span = n_ep
-            return self._coll(dev, did, "all_gather", size, n_ep, span) + self._coll(
+            return self.collective(dev, did, "all_gather", size, n_ep, span) + self.collective(
                 dev, did, "reduce_scatter", size, n_ep, span
             )
         out = 0.0
         if cfg.ep > 1:
-            # Megatron's alltoall dispatcher exchanges each rank's own k*ts permuted tokens over the EP group
-            # and only afterwards all-gathers them over the expert-TP group (token_dispatcher.py), so the
-            # all-to-all payload does not grow with ETP.
-            size = ts * k * h * BF16 * st.imbalance
-            a2a = self._coll(dev, did, "all_to_all", size, cfg.ep, n_ep)
-            out += 2 * a2a
+            # Each rank dispatches its own ts tokens over the EP group and only afterwards all-gathers them
+            # over the expert-TP group (token_dispatcher.py), so the payload does not grow with ETP. EP ranks
+            # are ETP apart, so node // ETP of them share a node.
+            node = self.node(did)
+            local = max(1, min(cfg.ep, node // cfg.etp))
+            nodes = cfg.ep / local
+            E = m.num_experts or 1
+            if st.dispatcher == "flex":
+                # DeepEP/HybridEP send a token once per distinct destination node over the network and once
+                # per distinct destination rank over NVLink (forwarded inside the receiving node)
+                inter = (nodes - 1) / nodes * distinct_groups(E, k, round(nodes)) if nodes > 1 else 0.0
+                intra = distinct_groups(E, k, cfg.ep)
+            else:
+                # the alltoall dispatcher sends one copy per routed (token, expert) pair
+                inter = k * (1.0 - local / cfg.ep)
+                intra = k * local / cfg.ep
+            tok = ts * h * BF16 * st.imbalance
+            frac = dev.intra.group_bandwidth_fraction(min(cfg.ep * cfg.etp, node), node)
+            out += 2 * dispatch_time(dev, st.dispatcher, intra * tok, inter * tok, frac)
         if cfg.etp > 1:
             size = cfg.etp * k * ts * h * BF16
-            out += self._coll(dev, did, "all_gather", size, cfg.etp, cfg.etp)
-            out += self._coll(dev, did, "reduce_scatter", size, cfg.etp, cfg.etp)
+            out += self.collective(dev, did, "all_gather", size, cfg.etp, cfg.etp)
+            out += self.collective(dev, did, "reduce_scatter", size, cfg.etp, cfg.etp)
         return out
 
     def _activations(
@@ -356,7 +479,7 @@ class CostModel:
         work = full + dispatch_buf
         return stored, work
 
-    def _state_and_sync(
+    def state_and_sync(
         self, dev: DeviceSpec, did: str, cfg: ParallelConfig, dense_local: float, exp_local: float
     ) -> tuple[float, float, float, float]:
         """Weights/grads/optimizer bytes, and gradient RS / param AG / Adam times for those params."""
@@ -377,10 +500,10 @@ class CostModel:
                 continue
             bucket = max(BUCKET_PARAMS, 1_000_000 * n)
             if st.distributed_optimizer:
-                rs += self._coll(dev, did, "reduce_scatter", FP32 * params, n, g, table_size=FP32 * bucket)
-                ag += self._coll(dev, did, "all_gather", BF16 * params, n, g, table_size=BF16 * bucket)
+                rs += self.collective(dev, did, "reduce_scatter", FP32 * params, n, g, table_size=FP32 * bucket)
+                ag += self.collective(dev, did, "all_gather", BF16 * params, n, g, table_size=BF16 * bucket)
             else:
-                rs += self._coll(dev, did, "all_reduce", FP32 * params, n, g, table_size=FP32 * bucket)
+                rs += self.collective(dev, did, "all_reduce", FP32 * params, n, g, table_size=FP32 * bucket)
         shard = (dense_local / dp_dense + exp_local / edp) if st.distributed_optimizer else dense_local + exp_local
         if st.optimizer_offload:
             # grads out (fp32), updated params back (bf16), Adam on the host; not overlapped
@@ -400,10 +523,12 @@ class CostModel:
             ts = t / cfg.tp
             lookup = memory_time(dev, 2 * ts * m.hidden_size * BF16)
             tp_c = (
-                self._coll(dev, did, "reduce_scatter", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+                self.collective(dev, did, "reduce_scatter", t * m.hidden_size * BF16, cfg.tp, cfg.tp)
+                if cfg.tp > 1
+                else 0.0
             )
             dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp
-            weights, rs, ag, opt = self._state_and_sync(dev, did, cfg, dense_local, 0.0)
+            weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
             hit = LayerCost(
                 fwd=lookup + tp_c,
                 bwd=2 * lookup + tp_c,
@@ -430,9 +555,11 @@ class CostModel:
             m, dev = self.model, self.device(did)
             t = b * self.settings.seq_length / cfg.cp
             head_f, head_b = self._head(dev, t, cfg.tp, self.settings.precision)
-            tp_c = self._coll(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+            tp_c = (
+                self.collective(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+            )
             dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp + m.hidden_size * m.norm_params
-            weights, rs, ag, opt = self._state_and_sync(dev, did, cfg, dense_local, 0.0)
+            weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
             v_local = m.padded_vocab(cfg.tp) / cfg.tp
             logits = 2 * t * v_local * FP32  # fp32 logits and their gradient, transient
             hit = LayerCost(
@@ -467,6 +594,19 @@ class CostModel:
             return hit_v
         return hit.weights
 
+    def exposed_sync(self, did: str, rs: Any, ag: Any, fwd: Any, bwd: Any, opt: Any) -> Any:
+        """Data-parallel sync and optimizer step a stage adds after its last micro-batch (floats, or numpy
+        arrays of many stages of one device type at once: the DP prices its candidate stages in bulk).
+
+        With overlap on, the gradient reduce-scatter runs beside the last micro-batch's backward and the
+        parameter all-gather beside the next forward; ``dp_overlap`` is the share of that compute they
+        can really hide behind (bucket granularity, NCCL sharing the SMs).
+        """
+        st, k = self.settings, self.device(did).runtime.dp_overlap
+        rs_x = _clip0(rs - k * bwd) if st.overlap_grad_reduce else rs
+        ag_x = _clip0(ag - k * fwd) if st.overlap_param_gather else ag
+        return rs_x + ag_x + opt
+
     def capacity(self, did: str) -> float:
         return self.device(did).memory_gib * GIB * (1.0 - self.settings.memory_headroom)
 
@@ -496,5 +636,7 @@ class CostModel:
             val = self.cluster.cross.latency_us * 1e-6 + nbytes / (bw * 1e9)
         else:
             val = collective_time(self.device(src), "p2p", link, nbytes, 2)
+        # the share of the transfer the schedule does not hide (batched send/recv beside compute)
+        val *= self.device(src).runtime.p2p_exposed
         self._memo[key] = LayerCost(val, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         return val

@@ -19,17 +19,24 @@ TILE_ROWS = 128  # assumed GEMM tile height (CUTLASS/cuBLAS/hipBLASLt class kern
 
 
 def gemm_time(dev: DeviceSpec, m: float, n: float, k: float, precision: str = "bf16", groups: int = 1) -> float:
-    """Seconds for ``groups`` GEMMs of (m x k) @ (k x n), run as one grouped kernel."""
+    """Seconds for ``groups`` GEMMs of (m x k) @ (k x n), run as one grouped kernel.
+
+    A grouped GEMM runs at the dense efficiency of its total work (one launch, one tail) times
+    ``m / (m + grouped_rows_half)``: per-expert blocks of few rows leave tiles padded and SMs unevenly
+    loaded, which is what makes fine-grained experts slow even when their total work is large.
+    """
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return 0.0
+    rt = dev.runtime
     m_pad = math.ceil(m / TILE_ROWS) * TILE_ROWS if m < 4 * TILE_ROWS else m
     flops = 2.0 * m_pad * n * k * groups
-    eff = dev.gemm_efficiency(flops)
+    eff = min(1.0, dev.gemm_efficiency(flops) * rt.gemm_scale * (rt.fp8_gemm_scale if precision == "fp8" else 1.0))
+    if groups > 1:
+        eff *= m / (m + rt.grouped_rows_half)
     t_compute = flops / (eff * dev.peak(precision) * 1e12)
     elem = 1 if precision == "fp8" else BF16
     nbytes = groups * (elem * (m * k + k * n) + BF16 * m * n)
-    t_mem = nbytes / (dev.memory_bound_efficiency * dev.memory_bandwidth_GBps * 1e9)
-    return max(t_compute, t_mem)
+    return max(t_compute, memory_time(dev, nbytes))
 
 
 def attention_time(dev: DeviceSpec, flops: float, seq: int, backward: bool) -> float:
@@ -37,14 +44,63 @@ def attention_time(dev: DeviceSpec, flops: float, seq: int, backward: bool) -> f
     if flops <= 0:
         return 0.0
     table = dev.attention_bwd_efficiency if backward else dev.attention_efficiency
-    return flops / (table(seq) * dev.peak("bf16") * 1e12)
+    eff = min(1.0, table(seq) * dev.runtime.attention_scale)
+    return flops / (eff * dev.peak("bf16") * 1e12)
 
 
 def memory_time(dev: DeviceSpec, nbytes: float) -> float:
-    """A memory-bound kernel moving ``nbytes`` (reads + writes)."""
+    """A memory-bound kernel moving ``nbytes`` (reads + writes) at the achieved HBM bandwidth."""
     if nbytes <= 0:
         return 0.0
-    return nbytes / (dev.memory_bound_efficiency * dev.memory_bandwidth_GBps * 1e9)
+    return nbytes / (dev.runtime.memory_efficiency * dev.memory_bandwidth_GBps * 1e9)
+
+
+def host_overhead(kernels: float, dev: DeviceSpec, syncs: float = 0.0) -> float:
+    """Device idle time a span of ``kernels`` launches and ``syncs`` device-to-host syncs adds to its work.
+
+    Profiles of Megatron MoE training show the device waiting between kernels even when the host keeps
+    up on average: dependent small ops, stream waits and syncs empty the launch queue, so each kernel
+    costs its launch latency on top of its work. ``launch_us`` is that average idle per kernel and
+    ``sync_us`` the cost of one sync (drain, copy, relaunch), so the overhead is additive, per layer and
+    micro-batch: it is what longer micro-batches amortise.
+    """
+    rt = dev.runtime
+    return (kernels * rt.launch_us + syncs * rt.sync_us) * 1e-6
+
+
+def dispatch_time(
+    dev: DeviceSpec, dispatcher: str, intra_bytes: float, inter_bytes: float, intra_fraction: float = 1.0
+) -> float:
+    """One token dispatch (or combine) moving ``intra_bytes`` per rank inside the node and ``inter_bytes``
+    across the network, at the device's achieved per-rank bandwidths for that dispatcher.
+
+    Both parts move at once, so the slower sets the time, plus a fixed latency; ``intra_fraction`` scales
+    the in-node bandwidth for groups that use only part of a mesh fabric's links.
+    """
+    if intra_bytes <= 0 and inter_bytes <= 0:
+        return 0.0
+    rt = dev.runtime
+    if dispatcher == "flex":
+        bw_in, bw_out = rt.flex_intra_GBps, rt.flex_inter_GBps
+    else:
+        bw_in, bw_out = rt.a2a_intra_GBps, rt.a2a_inter_GBps
+    t_in = intra_bytes / (bw_in * intra_fraction * 1e9)
+    t_out = inter_bytes / (bw_out * 1e9)
+    return rt.ep_latency_us * 1e-6 + max(t_in, t_out)
+
+
+def distinct_groups(experts: int, topk: int, groups: int) -> float:
+    """Expected number of distinct groups (ranks, nodes) a token's ``topk`` experts fall in, when the
+    ``experts`` are spread evenly over ``groups`` and routing is balanced (uniform top-k)."""
+    if groups <= 1:
+        return 1.0
+    per = experts / groups
+    miss = 1.0
+    for i in range(topk):
+        if experts - per - i <= 0:
+            return float(groups)
+        miss *= (experts - per - i) / (experts - i)
+    return groups * (1.0 - miss)
 
 
 BUS_FACTOR = {

@@ -33,16 +33,13 @@ class StageTotals:
     rs: float
     ag: float
     opt: float
+    host: float = 0.0  # launch-bound excess and syncs, inside fwd/bwd
+    sync: float = 0.0  # exposed DP sync + optimizer after the last micro-batch (CostModel.exposed_sync)
 
     @property
     def tau(self) -> float:
         """Per-micro-batch time including the outgoing boundary's two transfers (activation out, gradient in)."""
         return self.fwd + self.bwd + 2 * self.p2p_out
-
-    def sync_exposed(self, overlap_grad: bool, overlap_param: bool) -> float:
-        rs = max(0.0, self.rs - self.bwd) if overlap_grad else self.rs
-        ag = max(0.0, self.ag - self.fwd) if overlap_param else self.ag
-        return rs + ag + self.opt
 
 
 def kind_counts(kinds: tuple[LayerKind, ...], start: int, end: int) -> Counter[LayerKind]:
@@ -74,11 +71,12 @@ def stage_totals(
         return sum(getattr(c, attr) * n for c, n in parts)
 
     weights = total("weights")
+    fwd, bwd, rs, ag, opt = total("fwd"), total("bwd"), total("rs"), total("ag"), total("opt")
     acts = infl * total("act")
     fixed = cm.fixed_memory(did, cfg, b) + (cm.last_edge(did, cfg, b).work if index == pp - 1 else 0.0)
     return StageTotals(
-        fwd=total("fwd"),
-        bwd=total("bwd"),
+        fwd=fwd,
+        bwd=bwd,
         p2p_out=p2p_out,
         compute=total("compute"),
         tp=total("tp"),
@@ -88,7 +86,9 @@ def stage_totals(
         capacity=cm.capacity(did),
         weights=weights,
         activations=acts,
-        rs=total("rs"),
-        ag=total("ag"),
-        opt=total("opt"),
+        rs=rs,
+        ag=ag,
+        opt=opt,
+        host=total("host"),
+        sync=cm.exposed_sync(did, rs, ag, fwd, bwd, opt),
     )

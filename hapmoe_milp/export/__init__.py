@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from hapmoe_milp.config import Settings
-from hapmoe_milp.errors import ExportError
+from hapmoe_milp.errors import ExportError, SpecError
 from hapmoe_milp.export import flagscale as _fs
 from hapmoe_milp.export import megatron as _mg
 from hapmoe_milp.export.common import GENERATED_MARK, TARGETS, RecomputeNote, Target, nearest_expressible_recompute
@@ -26,8 +26,10 @@ from hapmoe_milp.export.megatron import (
     parse_megatron_args,
     plan_from_megatron_args,
 )
-from hapmoe_milp.export.validate import Violation, check
+from hapmoe_milp.export.validate import Violation, check, warnings
+from hapmoe_milp.fileio import write_files_atomic
 from hapmoe_milp.plan import Plan
+from hapmoe_milp.specs._fields import check_name
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
 
@@ -39,6 +41,8 @@ __all__ = [
     "Target",
     "Violation",
     "check",
+    "check_names",
+    "export_files",
     "export_plan",
     "flagscale_config",
     "flagscale_hostfile",
@@ -52,14 +56,67 @@ __all__ = [
 ]
 
 
-def _remove_stale_scripts(out: Path) -> None:
-    """Drop launch scripts a previous export wrote (a plan with fewer nodes would leave them behind)."""
-    for p in out.glob("launch_node*.sh"):
+def _stale_scripts(out: Path) -> list[Path]:
+    """Launch scripts a previous export wrote (a plan with fewer nodes would leave them behind)."""
+    stale = []
+    for p in sorted(out.glob("launch_node*.sh")) if out.is_dir() else []:
         try:
             if GENERATED_MARK in p.read_text(encoding="utf-8", errors="replace"):
-                p.unlink()
+                stale.append(p)
         except OSError as exc:
-            raise ExportError(f"cannot remove stale {p.name}: {exc}", source=str(out)) from None
+            raise ExportError(f"cannot read {p.name}: {exc.strerror or exc}", source=str(out)) from None
+    return stale
+
+
+def check_names(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> None:
+    """Every name that reaches a generated file is a safe name (the loaders check them; a plan built in
+    Python could still carry anything)."""
+    for fld, name in (("model", plan.model), ("cluster", plan.cluster), ("model", model.name)):
+        try:
+            check_name(name, None, fld)
+        except SpecError as exc:
+            raise ExportError(exc.detail, field=fld) from None
+    for i, st in enumerate(plan.stages):
+        try:
+            check_name(st.device, None, f"stages[{i}].device")
+        except SpecError as exc:
+            raise ExportError(exc.detail, field=f"stages[{i}].device") from None
+    for did in cluster.device_types:
+        try:
+            check_name(did, None, "cluster.groups.device")
+        except SpecError as exc:
+            raise ExportError(exc.detail, field="cluster.groups.device") from None
+
+
+def export_files(
+    plan: Plan,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    target: Target,
+    out_dir: str | Path = ".",
+    source: str = "plan",
+) -> dict[str, str]:
+    """The files of an export, name -> text, after validating ``plan`` for ``target`` (nothing is written)."""
+    if target not in TARGETS:
+        raise ExportError(f"unknown target {target!r} (expected {' or '.join(TARGETS)})", field="--target")
+    check_names(plan, model, cluster)
+    check(plan, model, cluster, target, source=source)
+    for w in warnings(plan, model, cluster, target):
+        log.warning("%s: %s", source, w)
+    full = plan.with_specs(model, cluster)
+    files: dict[str, str] = {"plan.json": full.to_json() + "\n"}
+    if target == "megatron":
+        args = megatron_args(plan, model, cluster)
+        files[_mg.ARGS_FILE] = _mg.format_args_file(args)
+        files["hostfile"] = hostfile(plan, cluster)
+        files.update(launch_scripts(plan, cluster, model))
+        files["README.txt"] = _mg.readme(plan, model, cluster, args)
+    else:
+        files[_fs.CONFIG_FILE] = flagscale_yaml(plan, model, cluster)
+        files[_fs.EXPERIMENT_FILE] = _fs.experiment_yaml(plan, os.fspath(Path(out_dir).absolute() / "hostfile"))
+        files["hostfile"] = flagscale_hostfile(plan, cluster)
+        files["README.txt"] = _fs.readme(plan, model, cluster)
+    return files
 
 
 def export_plan(
@@ -70,45 +127,22 @@ def export_plan(
     out_dir: str | Path,
     *,
     settings: Settings | None = None,
+    source: str = "plan",
 ) -> list[Path]:
     """Validate ``plan`` for ``target`` and write its launch files into ``out_dir``; returns the paths.
 
     megatron: plan.json, megatron_args.txt, hostfile, launch_node<k>.sh, README.txt.
-    flagscale: plan.json, flagscale.yaml, hostfile, README.txt.
-    Raises PlanError / ExportError naming the first failing rule; nothing is written then.
+    flagscale: plan.json, flagscale.yaml, experiment.yaml, hostfile, README.txt.
+    The plan is exported under the settings it carries (``settings`` replaces them, batch fields aside).
+    Raises PlanError / ExportError naming the first failing rule; nothing is written then. Files are
+    written all or nothing (``fileio.write_files_atomic``): a failure leaves a previous export intact.
     """
-    if target not in TARGETS:
-        raise ExportError(f"unknown target {target!r} (expected {' or '.join(TARGETS)})", field="--target")
-    check(plan, model, cluster, target, settings=settings)
-    files: dict[str, str] = {"plan.json": plan.to_json() + "\n"}
-    if target == "megatron":
-        args = megatron_args(plan, model, cluster, settings)
-        files[_mg.ARGS_FILE] = _mg.format_args_file(args)
-        files["hostfile"] = hostfile(plan, cluster)
-        scripts = launch_scripts(plan, cluster, model, settings)
-        files.update(scripts)
-        files["README.txt"] = _mg.readme(plan, model, cluster, args)
-    else:
-        files[_fs.CONFIG_FILE] = flagscale_yaml(plan, model, cluster, settings)
-        files["hostfile"] = flagscale_hostfile(plan, cluster)
-        files["README.txt"] = _fs.readme(plan, model, cluster)
-        scripts = {}
+    if settings is not None:
+        plan = plan.with_settings(plan.settings(settings))
     out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ExportError(f"cannot create the output directory: {exc}", source=str(out)) from None
-    if target == "megatron":
-        _remove_stale_scripts(out)
-    written: list[Path] = []
-    for name, text in files.items():
-        p = out / name
-        try:
-            p.write_text(text, encoding="utf-8")
-            if name in scripts:
-                p.chmod(p.stat().st_mode | 0o111)
-        except OSError as exc:
-            raise ExportError(f"cannot write {name}: {exc}", source=str(out)) from None
-        written.append(p)
+    files = export_files(plan, model, cluster, target, out, source)
+    scripts = [n for n in files if n.startswith("launch_node")]
+    stale = _stale_scripts(out) if target == "megatron" else []
+    written = write_files_atomic(out, files, executable=scripts, remove=stale, field="--out")
     log.info("exported %s plan for %s to %s (%d files)", target, plan.model, os.fspath(out), len(written))
     return written

@@ -33,12 +33,20 @@ from hapmoe_milp.export.common import (
     stage_layers,
     uses_shared_embedding,
 )
-from hapmoe_milp.export.megatron import model_args, parse_megatron_args
+from hapmoe_milp.export.megatron import (
+    OFFLOAD_FRACTION,
+    comment,
+    model_args,
+    null_tokenizer_vocab_arg,
+    parse_megatron_args,
+)
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
 
 CONFIG_FILE = "flagscale.yaml"
+EXPERIMENT_FILE = "experiment.yaml"
+SAVE_INTERVAL = 1000  # iterations between checkpoints; FlagScale's runner always sets --save
 
 
 @dataclass(frozen=True)
@@ -161,6 +169,10 @@ def flagscale_config(
         system["expert_tensor_parallel_size"] = first.cfg.etp
     system["sequence_parallel"] = any(m.cfg.tp > 1 for m in meshes)  # FlagScale turns it off per TP=1 mesh
     system["use_distributed_optimizer"] = st.distributed_optimizer
+    if st.optimizer_offload:  # FlagScale passes these keys to its Megatron as the same flags
+        system["optimizer_cpu_offload"] = True
+        system["use_precision_aware_optimizer"] = True
+        system["optimizer_offload_fraction"] = float(OFFLOAD_FRACTION)
     system["overlap_grad_reduce"] = st.overlap_grad_reduce
     system["overlap_param_gather"] = st.overlap_param_gather and st.distributed_optimizer and st.overlap_grad_reduce
     precision: dict[str, Any] = {"bf16": True}
@@ -170,8 +182,12 @@ def flagscale_config(
     rec = recompute_config(plan, model)
     if rec:
         system["recompute"] = rec
+    # FlagScale's runner always passes --save (checkpoint.save defaults to <exp_dir>/checkpoints), and
+    # Megatron's validate_args then asserts save_interval is set and positive.
+    checkpoint: dict[str, Any] = {"save_interval": SAVE_INTERVAL}
     if len({m.cfg.tp for m in meshes}) > 1:
-        system["checkpoint"] = {"ckpt_format": "torch"}  # dist_ckpt breaks when TP differs (FlagScale #319)
+        checkpoint["ckpt_format"] = "torch"  # dist_ckpt breaks when TP differs (FlagScale #319)
+    system["checkpoint"] = checkpoint
     vendors = {cluster.device(m.device).vendor for m in meshes}
     if len(vendors) > 1:
         system["distributed_backend"] = "flagcx"  # NCCL/HCCL/RCCL do not talk to each other
@@ -189,8 +205,46 @@ def flagscale_config(
     if model.is_moe:
         model_cfg["moe_token_dispatcher_type"] = plan.dispatcher
         model_cfg["moe_grouped_gemm"] = True
-    data = {"mock_data": True, "tokenizer": {"tokenizer_type": "NullTokenizer", "vocab_size": model.vocab_size - 1}}
+    # FlagScale pins a Megatron-LM of about core 0.15, whose NullTokenizer adds one EOD token
+    vocab = null_tokenizer_vocab_arg(model.vocab_size, adds_eod=True)
+    data = {"mock_data": True, "tokenizer": {"tokenizer_type": "NullTokenizer", "vocab_size": vocab}}
     return {"system": system, "model": model_cfg, "data": data}
+
+
+def experiment_config(plan: Plan, hostfile_path: str = "hostfile") -> dict[str, Any]:
+    """FlagScale's experiment config: what to run (task), how (runner with our hostfile), with which
+    environment (``envs``), and the train config it composes (``defaults: [_self_, flagscale@train]``).
+
+    ``CUDA_DEVICE_MAX_CONNECTIONS=1`` goes under ``envs`` whenever a mesh has TP > 1 or CP > 1: Megatron's
+    ``validate_args`` asserts it on those ranks (pre-Blackwell GPUs), and the runner exports ``envs`` on
+    every host it starts."""
+    envs: dict[str, Any] = {}
+    if any(s.cfg.tp > 1 or s.cfg.cp > 1 for s in plan.stages):
+        envs["CUDA_DEVICE_MAX_CONNECTIONS"] = 1
+    name = f"{plan.model}-{plan.cluster}"
+    return {
+        "defaults": ["_self_", f"{CONFIG_FILE.removesuffix('.yaml')}@train"],
+        "experiment": {
+            "exp_name": name,
+            "exp_dir": f"./outputs/{name}",
+            "task": {"type": "train", "backend": "megatron", "entrypoint": "flagscale/train/train_gpt.py"},
+            "runner": {"backend": "torchrun", "hostfile": hostfile_path, "rdzv_backend": "static"},
+            "envs": envs,
+        },
+        "action": "run",
+        "hydra": {"run": {"dir": "${experiment.exp_dir}/hydra"}},
+    }
+
+
+def experiment_yaml(plan: Plan, hostfile_path: str = "hostfile") -> str:
+    header = (
+        comment(f"{GENERATED_MARK}: FlagScale experiment config for {plan.model} on {plan.cluster}.")
+        + f"\n# It composes {CONFIG_FILE} (same folder) as the train config; run from a FlagScale checkout with\n"
+        "#   python run.py --config-path <this folder> --config-name experiment action=run\n"
+    )
+    return header + yaml.dump(
+        experiment_config(plan, hostfile_path), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120
+    )
 
 
 class _Dumper(yaml.SafeDumper):
@@ -203,8 +257,8 @@ _Dumper.add_representer(list, lambda d, v: d.represent_sequence("tag:yaml.org,20
 def flagscale_yaml(plan: Plan, model: ModelSpec, cluster: ClusterSpec, settings: Settings | None = None) -> str:
     cfg = flagscale_config(plan, model, cluster, settings)
     header = (
-        f"# {GENERATED_MARK}: FlagScale train config for {plan.model} on {plan.cluster}.\n"
-        "# Put it under <experiment conf dir>/train/ and select it with `defaults: [_self_, {train: <name>}]`;\n"
+        comment(f"{GENERATED_MARK}: FlagScale train config for {plan.model} on {plan.cluster}.")
+        + "\n# experiment.yaml composes it as the train config (defaults: [_self_, flagscale@train]);\n"
         "# micro_batch_size is the first mesh's; mesh i runs dp0*mbs/dp_i (FlagScale rescales it).\n"
     )
     return header + yaml.dump(cfg, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
@@ -216,7 +270,7 @@ def flagscale_hostfile(plan: Plan, cluster: ClusterSpec) -> str:
     counts: dict[tuple[str, int], int] = {}
     for s in rank_slots(plan, cluster):
         counts[(s.device, s.node)] = counts.get((s.device, s.node), 0) + 1
-    lines = [f"# {GENERATED_MARK}: FlagScale hostfile (replace the placeholder host names)"]
+    lines = [f"# {GENERATED_MARK}: FlagScale hostfile (replace the placeholder host names)"]  # no plan data
     for dev in order:
         for (d, node), n in sorted(counts.items(), key=lambda kv: kv[0][1]):
             if d == dev:
@@ -244,14 +298,16 @@ def readme(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> str:
         "",
         "Files:",
         f"  {CONFIG_FILE}       FlagScale train config (system/model/data)",
+        f"  {EXPERIMENT_FILE}      FlagScale experiment config: task, runner (this hostfile), envs; it composes",
+        f"                       {CONFIG_FILE} as the train config",
         "  hostfile             'host slots=N type=DEVICE', hosts grouped by device type in mesh order",
         "  plan.json            the plan with its predicted cost",
         "",
-        "Launch with FlagScale's runner, e.g. an experiment config that has",
-        "  experiment.task: {type: train, backend: megatron, entrypoint: flagscale/train/train_gpt.py}",
-        "  experiment.runner: {hostfile: <this dir>/hostfile, rdzv_backend: static}",
-        "  defaults: [_self_, {train: <name of flagscale.yaml copied into conf/train/>}]",
-        "then `python run.py --config-path <conf dir> --config-name <experiment> action=run`.",
+        "Launch from a FlagScale checkout with its runner:",
+        "  python run.py --config-path <this folder> --config-name experiment action=run",
+        "The runner reads the hostfile path relative to where it runs; give an absolute path in experiment.yaml",
+        f"if you run it elsewhere. Checkpoints are saved every {SAVE_INTERVAL} iterations (system.checkpoint.",
+        "save_interval; FlagScale always passes --save, and Megatron then requires an interval).",
         "The data section uses synthetic data with a NullTokenizer of exactly "
         f"{model.vocab_size} tokens; replace it with your data_path and tokenizer.",
     ]

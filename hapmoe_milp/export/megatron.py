@@ -286,10 +286,56 @@ def model_args(model: ModelSpec) -> list[str]:
     return a
 
 
-def tokenizer_args(model: ModelSpec) -> list[str]:
-    """Synthetic-data tokenizer giving exactly the model's vocabulary: Megatron's NullTokenizer adds one
-    EOD token to ``--vocab-size``. Real runs replace these with their own tokenizer and data flags."""
-    return ["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(model.vocab_size - 1)]
+def offload_args(st: Settings) -> list[str]:
+    """Optimizer states in host memory, as the cost model prices it (all FP32 master weights and Adam
+    moments offloaded: fraction 1.0). Megatron requires the precision-aware optimizer for it
+    (``validate_args``), which in turn needs the distributed optimizer (``OptimizerConfig``)."""
+    if not st.optimizer_offload:
+        return []
+    return [
+        "--optimizer-cpu-offload",
+        "--use-precision-aware-optimizer",
+        "--optimizer-offload-fraction",
+        OFFLOAD_FRACTION,
+    ]
+
+
+OFFLOAD_FRACTION = "1.0"
+
+
+def null_tokenizer_vocab_arg(vocab_size: int, adds_eod: bool) -> int:
+    """``--vocab-size`` for Megatron's NullTokenizer to have exactly ``vocab_size`` tokens.
+
+    Up to Megatron-Core 0.17 the NullTokenizer adds one EOD token to ``--vocab-size`` (both the legacy
+    ``_NullTokenizer`` and ``megatron/core/tokenizers/.../null_tokenizer.py``); from 0.18 it uses the value as
+    is, with EOD = vocab_size - 1. The launch scripts find out which at run time (``NULL_VOCAB_PROBE``)."""
+    return vocab_size - 1 if adds_eod else vocab_size
+
+
+# Run by the launch scripts with the Megatron checkout and the wanted vocabulary: prints the --vocab-size
+# that makes the checkout's NullTokenizer report exactly that many tokens. It loads the tokenizer file on
+# its own (no package import, so no GPU or torch needed); without that file the checkout predates the core
+# tokenizers and uses the legacy one, which adds an EOD token.
+NULL_VOCAB_PROBE = """\
+import importlib.util, pathlib, sys
+root, want = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+f = root / "megatron" / "core" / "tokenizers" / "text" / "libraries" / "null_tokenizer.py"
+if not f.is_file():
+    print(want - 1)
+else:
+    spec = importlib.util.spec_from_file_location("_hapmoe_null_tokenizer", f)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    print(want - (mod.NullTokenizer(want).vocab_size - want))
+"""
+
+
+def tokenizer_args(model: ModelSpec, vocab_arg: int | str | None = None) -> list[str]:
+    """Synthetic-data tokenizer flags. ``vocab_arg`` is the ``--vocab-size`` value (the launch scripts pass
+    ``$NULL_VOCAB``, found by ``NULL_VOCAB_PROBE``); by default Megatron-Core <= 0.17's convention. Real runs
+    replace these with their own tokenizer and data flags."""
+    v = vocab_arg if vocab_arg is not None else null_tokenizer_vocab_arg(model.vocab_size, adds_eod=True)
+    return ["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(v)]
 
 
 def megatron_args(plan: Plan, model: ModelSpec, cluster: ClusterSpec, settings: Settings | None = None) -> list[str]:
@@ -326,6 +372,7 @@ def megatron_args(plan: Plan, model: ModelSpec, cluster: ClusterSpec, settings: 
     a += recompute_args(plan, model)
     if st.distributed_optimizer:
         a += ["--use-distributed-optimizer"]
+    a += offload_args(st)
     if st.overlap_grad_reduce:
         a += ["--overlap-grad-reduce"]
     if st.overlap_param_gather and st.distributed_optimizer and st.overlap_grad_reduce:
@@ -499,33 +546,50 @@ def launch_scripts(
     """One torchrun script per launch unit (normally per node): ``launch_node<k>.sh``.
 
     Uses torchrun's static rendezvous (``--node-rank``), so node k's ranks are exactly the ones the
-    hostfile assigns; MASTER_ADDR must be the address of the host of ``launch_node0.sh``.
+    hostfile assigns; MASTER_ADDR must be the address of the host of ``launch_node0.sh``. Nothing from the
+    plan reaches the shell unquoted: values are integers or ``shlex.quote``d, names only appear in comments
+    (and are safe names besides, checked by ``export_plan``).
     """
+    del settings  # the flags are in megatron_args.txt; the scripts only place and start the processes
     units = launch_units(plan, cluster)
-    cfg = plan.stages[0].cfg
-    data_args = " ".join(tokenizer_args(model)) if model is not None else "--mock-data"
+    cfg_tp_cp = any(s.cfg.tp > 1 or s.cfg.cp > 1 for s in plan.stages)
     out: dict[str, str] = {}
     for u in units:
         lines = [
             "#!/usr/bin/env bash",
-            f"# {GENERATED_MARK} for plan {plan.model} on {plan.cluster}.",
-            f"# Launch unit {u.index} of {len(units)}: host {u.host} ({u.device}), global ranks "
-            f"{u.first_rank}-{u.last_rank}, pipeline stage(s) {', '.join(str(s) for s in u.stages)}.",
+            comment(f"{GENERATED_MARK} for plan {plan.model} on {plan.cluster}."),
+            comment(
+                f"Launch unit {u.index} of {len(units)}: host {u.host} ({u.device}), global ranks "
+                f"{u.first_rank}-{u.last_rank}, pipeline stage(s) {', '.join(str(s) for s in u.stages)}."
+            ),
             "set -euo pipefail",
             'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
             f"NNODES={len(units)}",
             f"NODE_RANK={u.index}",
             f"NPROC_PER_NODE={u.nproc}",
-            f'MASTER_ADDR="${{MASTER_ADDR:?set MASTER_ADDR to the address of {units[0].host}}}"',
+            'MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to the address of the first host in the hostfile}"',
             'MASTER_PORT="${MASTER_PORT:-29500}"',
             'MEGATRON_LM="${MEGATRON_LM:?set MEGATRON_LM to your Megatron-LM checkout}"',
-            f'DATA_ARGS="${{DATA_ARGS:-{data_args}}}"',
         ]
-        if cfg.tp > 1 or cfg.cp > 1:
-            lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1")
+        if model is not None:
+            lines += [
+                "# Synthetic data unless DATA_ARGS is set. Megatron's NullTokenizer adds an EOD token to",
+                "# --vocab-size up to Megatron-Core 0.17 and not from 0.18: ask the checkout which it does.",
+                'if [ -z "${DATA_ARGS:-}" ]; then',
+                '  NULL_VOCAB="$("${PYTHON:-python3}" - "$MEGATRON_LM" ' + str(int(model.vocab_size)) + " <<'PY'",
+                NULL_VOCAB_PROBE.rstrip("\n"),
+                "PY",
+                ')"',
+                '  DATA_ARGS="' + " ".join(tokenizer_args(model, "$NULL_VOCAB")) + '"',
+                "fi",
+            ]
+        else:
+            lines.append('DATA_ARGS="${DATA_ARGS:---mock-data}"')
+        if cfg_tp_cp:
+            lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron asserts it with TP > 1 or CP > 1")
         if not u.whole_node_prefix:
             env = VISIBLE_DEVICES_ENV.get(u.vendor, "CUDA_VISIBLE_DEVICES")
-            lines.append(f"export {env}={','.join(str(i) for i in u.locals)}")
+            lines.append(f"export {env}={','.join(str(int(i)) for i in u.locals)}")
         lines += [
             "set -f  # no globbing: the layout and --moe-layer-freq values contain '*', '(' and '['",
             f'MEGATRON_ARGS=$(cat "$HERE/{ARGS_FILE}")',
@@ -535,6 +599,11 @@ def launch_scripts(
         ]
         out[f"launch_node{u.index}.sh"] = "\n".join(lines) + "\n"
     return out
+
+
+def comment(text: str) -> str:
+    """A shell comment line: control characters (a newline would end the comment) become spaces."""
+    return "# " + "".join(ch if ch.isprintable() else " " for ch in text)
 
 
 def readme(plan: Plan, model: ModelSpec, cluster: ClusterSpec, args: Sequence[str]) -> str:

@@ -13,8 +13,13 @@ Three tiers, run in order:
   FlagScale's ``pre_validate_args`` / ``ParallelContext`` (§5.1, anchors.md §2.6) would fail on, plus the
   ones FlagScale's own checks miss (EP all-or-none, device types grouped).
 
-``validate`` returns every violation; ``check`` raises on the first (PlanError for a plan that no target
-can run, ExportError for one the chosen target cannot express).
+Between the plan and artifact tiers, ``rule_plan_invariants`` runs everything ``plan.check_plan`` checks
+(what ``estimate`` runs) when no named rule fired, so a plan valid for any target is one ``estimate``
+accepts. Rules with ``severity="warning"`` (e.g. FlagScale's layer offset 0 for a single-stage mesh) flag a
+plan that runs, but not as planned; they never fail ``check``.
+
+``validate`` returns every violation; ``check`` raises on the first error (PlanError for a plan that no
+target can run, ExportError for one the chosen target cannot express).
 """
 
 from __future__ import annotations
@@ -42,22 +47,27 @@ from hapmoe_milp.export.megatron import (
     parse_layout,
     parse_megatron_args,
 )
-from hapmoe_milp.plan import Plan
+from hapmoe_milp.plan import Plan, check_plan
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
 
 log = logging.getLogger(__name__)
 
 Kind = Literal["plan", "export"]
-Tier = Literal["structure", "plan", "artifact"]
+Tier = Literal["structure", "plan", "invariants", "artifact"]
+Severity = Literal["error", "warning"]
 
 
 @dataclass(frozen=True)
 class Violation:
+    """One broken rule. ``severity="warning"`` marks a plan that runs but not as planned (it does not
+    fail ``check`` or ``validate``'s exit status; the CLI prints it)."""
+
     rule: str
     field: str
     message: str
     kind: Kind = "export"
+    severity: Severity = "error"
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message} [{self.rule}]"
@@ -88,14 +98,17 @@ class Rule:
     targets: tuple[Target, ...]
     kind: Kind
     tier: Tier
+    severity: Severity = "error"
 
 
 RULES: list[Rule] = []
 
 
-def rule(*targets: Target, kind: Kind = "export", tier: Tier = "plan") -> Callable[[RuleFn], RuleFn]:
+def rule(
+    *targets: Target, kind: Kind = "export", tier: Tier = "plan", severity: Severity = "error"
+) -> Callable[[RuleFn], RuleFn]:
     def deco(fn: RuleFn) -> RuleFn:
-        RULES.append(Rule(fn.__name__, fn, targets or TARGETS, kind, tier))
+        RULES.append(Rule(fn.__name__, fn, targets or TARGETS, kind, tier, severity))
         return fn
 
     return deco
@@ -107,22 +120,6 @@ def _v(rule_name: str, fld: str, msg: str, kind: Kind = "export") -> Violation:
 
 
 # ====================================================================== structural (any target)
-@rule(kind="plan", tier="structure")
-def rule_positive_sizes(ctx: Context) -> Iterator[Violation]:
-    p = ctx.plan
-    if not p.stages:
-        yield _v("rule_positive_sizes", "stages", "the plan has no stages", "plan")
-    for i, s in enumerate(p.stages):
-        for name in ("tp", "cp", "dp", "ep", "etp"):
-            if getattr(s.cfg, name) < 1:
-                yield _v(
-                    "rule_positive_sizes", f"stages[{i}].{name}", f"must be >= 1, got {getattr(s.cfg, name)}", "plan"
-                )
-    for name in ("global_batch_size", "seq_length", "micro_batch_size", "vpp"):
-        if getattr(p, name) < 1:
-            yield _v("rule_positive_sizes", name, f"must be >= 1, got {getattr(p, name)}", "plan")
-
-
 @rule(kind="plan", tier="structure")
 def rule_stage_layers_contiguous(ctx: Context) -> Iterator[Violation]:
     pos = 0
@@ -323,6 +320,29 @@ def rule_mtp_in_one_stage(ctx: Context) -> Iterator[Violation]:
             "stages",
             f"MTP layers are split over stages {holders}; Megatron needs all MTP layers in one (virtual) stage",
             "plan",
+        )
+
+
+@rule(kind="plan", tier="invariants")
+def rule_plan_invariants(ctx: Context) -> Iterator[Violation]:
+    """Everything ``plan.check_plan`` (what ``estimate`` runs) checks, so a plan that passes validation
+    for any target is one ``estimate`` accepts (e.g. a megatron-family plan with two mesh shapes passes the
+    FlagScale rules but is not a megatron plan). Runs only when no named rule fired."""
+    try:
+        check_plan(ctx.plan, ctx.model, ctx.cluster)
+    except PlanError as exc:
+        yield _v("rule_plan_invariants", exc.field or "plan", exc.detail, "plan")
+
+
+@rule()
+def rule_offload_needs_dist_opt(ctx: Context) -> Iterator[Violation]:
+    st = ctx.settings
+    if st.optimizer_offload and not st.distributed_optimizer:
+        yield _v(
+            "rule_offload_needs_dist_opt",
+            "settings.optimizer_offload",
+            "optimizer CPU offload needs --use-precision-aware-optimizer (validate_args), which needs the "
+            "distributed optimizer (OptimizerConfig); set distributed_optimizer",
         )
 
 
@@ -536,6 +556,29 @@ def rule_recompute_flags(ctx: Context) -> Iterator[Violation]:
         got = "none" if gran is None else str(gran)
         if got != want:
             yield _v("rule_recompute_flags", f, f"gives recompute {got!r}, the plan has {want!r}")
+
+
+@rule("megatron", tier="artifact")
+def rule_offload_flags(ctx: Context) -> Iterator[Violation]:
+    """The arguments keep optimizer states where the plan was priced (host memory or device)."""
+    a = _a(ctx)
+    want, have = ctx.settings.optimizer_offload, bool(a.get("optimizer_cpu_offload"))
+    if want and not have:
+        yield _v(
+            "rule_offload_flags",
+            "--optimizer-cpu-offload",
+            "is missing: the plan keeps optimizer states in host memory (it was priced, and may only fit, that way)",
+        )
+    elif have and not want:
+        yield _v(
+            "rule_offload_flags", "--optimizer-cpu-offload", "is set, but the plan keeps optimizer states on the device"
+        )
+    if have and not a.get("use_precision_aware_optimizer"):
+        yield _v(
+            "rule_offload_flags",
+            "--use-precision-aware-optimizer",
+            "is required with --optimizer-cpu-offload (validate_args)",
+        )
 
 
 def _layout(ctx: Context) -> str | None:
@@ -785,6 +828,39 @@ def rule_fs_recompute_expressible(ctx: Context) -> Iterator[Violation]:
         )
 
 
+@rule("flagscale", severity="warning")
+def rule_fs_single_stage_mesh_offset(ctx: Context) -> Iterator[Violation]:
+    """FlagScale computes a stage's first layer as the sum of the layer split before it only when its mesh
+    has pp > 1 (``get_transformer_layer_offset`` under ``enable_hetero``); a mesh of a single stage takes
+    Megatron's pp == 1 branch, offset 0, and builds the specs of layers [0, n) instead of [s, s+n). That
+    only matters when layers differ -- a dense prefix (``moe_layer_freq``) or MTP, whose layer spec is
+    taken from the stage's last decoder layer -- so it warns for those models only, naming what changes."""
+    kinds = ctx.model.layer_kinds
+    decoder = [k for k in kinds if k != "mtp"]
+    if len(set(decoder)) <= 1 and not ctx.model.mtp_num_layers:
+        return
+    layers = stage_layers(ctx.plan, ctx.model)
+    for i, m in enumerate(process_meshes(ctx.plan)):
+        if i == 0 or m.pp != 1:
+            continue
+        st = ctx.plan.stages[m.first_stage]
+        n = layers[m.first_stage].decoder
+        want, built = decoder[st.layer_start : st.layer_start + n], decoder[:n]
+        diff = sum(1 for a, b in zip(want, built) if a != b)
+        what = (
+            f"{diff} of its {n} layers would get the wrong kind (dense/MoE)" if diff else "layer numbers restart at 0"
+        )
+        if layers[m.first_stage].mtp and built[-1:] != want[-1:]:
+            what += "; its MTP layers would copy the wrong layer kind"
+        yield _v(
+            "rule_fs_single_stage_mesh_offset",
+            f"stages[{m.first_stage}]",
+            f"mesh {i} holds a single pipeline stage, so FlagScale gives it layer offset 0 and it builds layers "
+            f"[0, {n}) instead of [{st.layer_start}, {st.layer_start + n}): {what}. Give the mesh two or more "
+            "stages, or move it first",
+        )
+
+
 # ---------------------------------------------------------------------- FlagScale artifact rules
 def _h(ctx: Context) -> dict[str, Any]:
     assert ctx.fs is not None
@@ -886,6 +962,20 @@ def rule_fs_standalone_embedding_off(ctx: Context) -> Iterator[Violation]:
 
 
 @rule("flagscale", tier="artifact")
+def rule_fs_offload_keys(ctx: Context) -> Iterator[Violation]:
+    assert ctx.fs is not None
+    system = ctx.fs.get("system", {})
+    want, have = ctx.settings.optimizer_offload, bool(system.get("optimizer_cpu_offload"))
+    if want != have or (have and not system.get("use_precision_aware_optimizer")):
+        yield _v(
+            "rule_fs_offload_keys",
+            "system.optimizer_cpu_offload",
+            f"is {have} with use_precision_aware_optimizer {bool(system.get('use_precision_aware_optimizer'))}; the "
+            f"plan {'offloads' if want else 'does not offload'} optimizer states (both keys true when it does)",
+        )
+
+
+@rule("flagscale", tier="artifact")
 def rule_fs_ckpt_format(ctx: Context) -> Iterator[Violation]:
     assert ctx.fs is not None
     tps = {s.cfg.tp for s in ctx.plan.stages}
@@ -903,7 +993,7 @@ def _run(rules: Iterable[Rule], ctx: Context) -> list[Violation]:
     out: list[Violation] = []
     for r in rules:
         for v in r.fn(ctx):
-            out.append(Violation(rule=r.name, field=v.field, message=v.message, kind=r.kind))
+            out.append(Violation(rule=r.name, field=v.field, message=v.message, kind=r.kind, severity=r.severity))
     return out
 
 
@@ -928,6 +1018,8 @@ def validate(
     if out:
         return out
     out = _run((r for r in mine if r.tier == "plan"), ctx)
+    if not any(v.severity == "error" for v in out):
+        out += _run((r for r in mine if r.tier == "invariants"), ctx)
     gen_error: str | None = None
     try:
         if target == "megatron":
@@ -940,7 +1032,7 @@ def validate(
         gen_error = exc.detail
     if gen_error is None:
         out += _run((r for r in mine if r.tier == "artifact"), ctx)
-    elif not out:
+    elif not any(v.severity == "error" for v in out):
         out.append(Violation("rule_exportable", "plan", gen_error, "export"))
     for v in out:
         log.debug("%s", v)
@@ -956,8 +1048,9 @@ def check(
     settings: Settings | None = None,
     source: str = "plan",
 ) -> None:
-    """Raise on the first violation: PlanError for rules any target shares, ExportError for target rules."""
-    found = validate(plan, model, cluster, target, settings=settings)
+    """Raise on the first error: PlanError for rules any target shares, ExportError for target rules.
+    Warnings do not raise (``warnings`` lists them)."""
+    found = [v for v in validate(plan, model, cluster, target, settings=settings) if v.severity == "error"]
     if not found:
         return
     v = found[0]
@@ -966,6 +1059,13 @@ def check(
     if v.kind == "plan":
         raise PlanError(msg, source=source, field=v.field)
     raise ExportError(f"{target}: {msg}", source=source, field=v.field)
+
+
+def warnings(
+    plan: Plan, model: ModelSpec, cluster: ClusterSpec, target: Target, *, settings: Settings | None = None
+) -> list[Violation]:
+    """The warning-level violations of ``plan`` for ``target`` (a plan that runs, but not as planned)."""
+    return [v for v in validate(plan, model, cluster, target, settings=settings) if v.severity == "warning"]
 
 
 def rule_names(target: Target | None = None) -> list[str]:

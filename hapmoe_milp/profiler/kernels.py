@@ -543,6 +543,38 @@ def measure_memory(be: Backend, cfg: SweepConfig, dtype: Any, notes: list[str]) 
     }
 
 
+def measure_host(be: Backend, cfg: SweepConfig) -> dict[str, Any]:
+    """Host cost of issuing one kernel, and of one device-to-host sync (the runtime's launch_us, sync_us).
+
+    Launch: the host time to enqueue ``n`` tiny in-place adds, per kernel (on an accelerator the device
+    finishes each long before the next arrives, so this is also the idle the device sees per kernel when
+    nothing else is queued -- an upper bound of what training shows). Sync: a tiny add followed by
+    ``.item()`` (the router's token-count pattern), minus one launch.
+    """
+    torch = be.torch
+    x = torch.zeros(16, device=be.device)
+    n = 200 if be.kind == "cpu" else 1000
+
+    def issue() -> None:
+        for _ in range(n):
+            x.add_(1.0)
+
+    def one_sync() -> None:
+        x.add_(1.0)
+        x.sum().item()
+
+    launch = _time(be, issue, cfg)
+    sync = _time(be, one_sync, cfg)
+    launch_us = launch.median / n * 1e6
+    return {
+        "launch": _timing_dict(launch),
+        "kernels_per_call": n,
+        "launch_us": launch_us,
+        "sync": _timing_dict(sync),
+        "sync_us": max(0.0, sync.median * 1e6 - 2 * launch_us),
+    }
+
+
 def _meminfo_available() -> int | None:
     with contextlib.suppress(OSError, ValueError):
         for line in open("/proc/meminfo", encoding="utf-8"):  # noqa: SIM115
@@ -654,6 +686,8 @@ def profile_device(
     grouped = measure_grouped_gemm(be, cfg, tdtype, notes)
     log.info("memory bandwidth")
     mem = measure_memory(be, cfg, tdtype, notes)
+    log.info("host launch and sync")
+    host = measure_host(be, cfg)
     usable = usable_memory(be)
 
     best = max(p["tflops"] for p in gemm)
@@ -737,6 +771,7 @@ def profile_device(
         "attention": attn,
         "grouped_gemm": grouped,
         "memory": mem,
+        "host": host,
         "usable_memory": usable,
         "profiled": profiled,
         "sources": sources,

@@ -21,7 +21,7 @@ import logging
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from hapmoe_milp.profiler import ProfilerError, read_json_object
 from hapmoe_milp.profiler.collectives import PRIMITIVES, cross_link_from_collectives, load_collectives
 from hapmoe_milp.profiler.kernels import MEASUREMENT_FORMAT
 from hapmoe_milp.specs.device import FABRICS, LINK_CLASSES, DeviceSpec, check_device_id, device_from_dict
+from hapmoe_milp.specs.runtime import PARAM_INFO, PARAMS, RuntimeParams
 from hapmoe_milp.specs.tables import Table
 
 log = logging.getLogger(__name__)
@@ -420,7 +421,6 @@ def build_device_document(
         "gemm_efficiency": gemm_t,
         "attention_efficiency": attn_t,
         "attention_bwd_efficiency": attn_b,
-        "memory_bound_efficiency": sig(mbe),
         "collectives": coll,
     }
     profiled = {str(k): str(v) for k, v in m["profiled"].items()}
@@ -447,8 +447,10 @@ def build_device_document(
         },
         "nic_Gbps": sig(nic),
         "assumptions": asm,
+        "runtime": {},
         "tables": tables,
     }
+    doc["runtime"] = _runtime_section(m, doc, mbe, base, asm)
     if ov.price_per_hour is not None:
         doc["price_per_hour"] = float(ov.price_per_hour)
     if not doc["sources"]:
@@ -470,6 +472,67 @@ def build_device_document(
         f"Tables {'clamp' if extrapolate == 'clamp' else 'refuse to extrapolate'} outside the measured range.",
     ]
     return doc, header
+
+
+def _clamp(name: str, v: float) -> float:
+    info = PARAM_INFO[name]
+    return min(info.hi, max(info.lo, v))
+
+
+def _runtime_section(
+    m: Mapping[str, Any], doc: dict[str, Any], mbe: float, base: DeviceSpec | None, asm: list[str]
+) -> dict[str, Any]:
+    """Measured runtime terms (HBM fraction, launch and sync cost, grouped-GEMM rows); the rest from the
+    base table (or the defaults), each listed under ``assumptions`` with where it came from."""
+    rt: dict[str, Any] = {"note": "runtime terms; measured ones by hapmoe-milp profile, the rest see assumptions"}
+    measured: dict[str, float] = {"memory_efficiency": _clamp("memory_efficiency", mbe)}
+    host = m.get("host")
+    if host:
+        measured["launch_us"] = _clamp("launch_us", float(host["launch_us"]))
+        measured["sync_us"] = _clamp("sync_us", float(host["sync_us"]))
+    rows = _fit_rows_half(m, doc)
+    if rows is not None:
+        measured["grouped_rows_half"] = rows
+    fallback = base.runtime if base is not None else RuntimeParams()
+    for p in PARAMS:
+        if p.name in measured:
+            rt[p.name] = sig(measured[p.name])
+        else:
+            v = getattr(fallback, p.name)
+            rt[p.name] = sig(v)
+            where = f"from the base table {base.id}" if base is not None else "the built-in default"
+            asm.append(f"runtime.{p.name} = {sig(v):g} (assumed): not measured by the profiler; {where}")
+    if host:
+        asm.append(
+            f"runtime.launch_us = {rt['launch_us']:g} (measured): host time to issue one tiny kernel, an upper bound "
+            f"of the device idle per kernel in training; runtime.sync_us = {rt['sync_us']:g} (measured): one "
+            ".item() after a kernel, minus two launches"
+        )
+    return rt
+
+
+def _fit_rows_half(m: Mapping[str, Any], doc: dict[str, Any]) -> float | None:
+    """``grouped_rows_half`` that makes ``gemm_time(groups=E)`` on this table match the measured grouped
+    GEMMs best (least squares on log times, over a log grid inside the physical range)."""
+    pts = m.get("grouped_gemm") or []
+    if len(pts) < 2:
+        return None
+    draft = dict(doc)
+    draft["runtime"] = {"grouped_rows_half": 1.0}
+    dev = _validate(draft)
+    info = PARAM_INFO["grouped_rows_half"]
+    best: tuple[float, float] | None = None
+    r = info.lo
+    while r <= info.hi * 1.0001:
+        d = dev if r == info.lo else replace(dev, runtime=replace(dev.runtime, grouped_rows_half=r))
+        err = 0.0
+        for p in pts:
+            pred = gemm_time(d, p["tokens_per_expert"], p["ffn"], p["hidden"], "bf16", groups=p["experts"])
+            err += math.log(p["median_s"] / pred) ** 2
+        if best is None or err < best[0]:
+            best = (err, r)
+        r *= 1.25
+    return None if best is None else best[1]
 
 
 def _validate(doc: dict[str, Any]) -> DeviceSpec:

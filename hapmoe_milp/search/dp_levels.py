@@ -352,7 +352,6 @@ def _candidates(
     fit memory, start the pipeline with the first stage's DP, and not already lose to the best plan."""
     N = batch.n_layers
     pr = batch.subs[0].inst.pruning
-    st = batch.subs[0].inst.settings
     alpha, beta = batch.alpha, batch.beta
     lo_tot, lo_tmx, lo_smx = ge_mins
     ge_g, ge_e = np.divmod(ge_keys, N + 1)
@@ -400,9 +399,14 @@ def _candidates(
         extra = extra + lr[:, WORK]
     fwd, bwd = vals[:, F], vals[:, B]
     mem = vals[:, W] + batch.infl[c_g, k] * vals[:, A] + extra
-    rs = np.maximum(0.0, vals[:, RS] - bwd) if st.overlap_grad_reduce else vals[:, RS]
-    ag = np.maximum(0.0, vals[:, AG] - fwd) if st.overlap_param_gather else vals[:, AG]
-    c_sync = rs + ag + vals[:, OP]
+    # exposed DP sync + optimizer step: the cost model's rule, one call per device type
+    cm = batch.subs[0].inst.cost_model
+    c_sync = np.empty(len(c_row))
+    c_typ = batch.typ[c_row]
+    for t, did in enumerate(batch.types):
+        on = c_typ == t
+        if on.any():
+            c_sync[on] = cm.exposed_sync(did, vals[on, RS], vals[on, AG], fwd[on], bwd[on], vals[on, OP])
     c_tau = fwd + bwd
     ok = mem <= batch.cap[c_row]
     ok &= ~first_on | (batch.dp[c_row] == batch.first_dp[c_g])

@@ -48,7 +48,7 @@ from hapmoe_milp.cost.model import LayerCost
 from hapmoe_milp.errors import SolverError
 from hapmoe_milp.instance import Instance, Option, build_instances, group_keys, in_group
 from hapmoe_milp.plan import Plan, Stage
-from hapmoe_milp.search.solution import Solution
+from hapmoe_milp.search.solution import Progress, ProgressEvent, Solution
 from hapmoe_milp.space import PruneCounter, Pruning
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import LayerKind, ModelSpec
@@ -136,17 +136,19 @@ class SubModel:
             v += e.weights + self.infl(1) * e.act + e.work
         return v
 
-    def piece_coef(self, piece: Piece, lc: LayerCost) -> float:
-        return sum(sign * getattr(lc, attr) for attr, sign in piece) + lc.opt
+    def piece_coef(self, piece: Piece, lc: LayerCost, i: int) -> float:
+        # compute terms (fwd/bwd) hide sync only to the device's dp_overlap share (CostModel.exposed_sync)
+        k = self.inst.cost_model.device(self.options[i].device).runtime.dp_overlap
+        return sum(sign * (k if attr in ("fwd", "bwd") else 1.0) * getattr(lc, attr) for attr, sign in piece) + lc.opt
 
     def piece_kind(self, p: Piece, i: int, kind: LayerKind) -> float:
-        return self.piece_coef(p, self.options[i].per_kind[kind])
+        return self.piece_coef(p, self.options[i].per_kind[kind], i)
 
     def piece_first(self, p: Piece, i: int) -> float:
-        return self.piece_coef(p, self.options[i].first)
+        return self.piece_coef(p, self.options[i].first, i)
 
     def piece_last(self, p: Piece, i: int) -> float:
-        return self.piece_coef(p, self.options[i].last)
+        return self.piece_coef(p, self.options[i].last, i)
 
     def counts(self, s: int, e: int) -> dict[LayerKind, int]:
         kinds = self.inst.layer_kinds
@@ -174,7 +176,8 @@ def option_name(o: Option) -> str:
 
 
 def sync_pieces(st: Settings) -> list[Piece]:
-    """Linear pieces whose maximum is ``max(0, rs - bwd) + max(0, ag - fwd) + opt`` (evaluate's sync)."""
+    """Linear pieces whose maximum is ``max(0, rs - k*bwd) + max(0, ag - k*fwd) + opt`` (evaluate's sync,
+    :meth:`CostModel.exposed_sync`; ``k`` is the option's device's ``dp_overlap``, applied in piece_coef)."""
     grad: list[Piece] = [(("rs", 1.0), ("bwd", -1.0)), ()] if st.overlap_grad_reduce else [(("rs", 1.0),)]
     param: list[Piece] = [(("ag", 1.0), ("fwd", -1.0)), ()] if st.overlap_param_gather else [(("ag", 1.0),)]
     return [g + p for g in grad for p in param]
@@ -604,6 +607,7 @@ def solve(
     hint: Plan | Solution | None = None,
     instances: Iterable[Instance] | None = None,
     split: str | None = None,
+    progress: Progress | None = None,
     **options: Any,
 ) -> Solution:
     """Solve every instance x group exactly and keep the best plan, with a proven bound.
@@ -627,6 +631,7 @@ def solve(
             relative_gap=relative_gap,
             backend=backend,
             split=split,
+            progress=progress,
             **options,
         )
     mod = _backend(solver)
@@ -710,6 +715,9 @@ def solve(
             rec.bound = max(rec.bound, res.bound_s)
             rec.complete = res.status == "optimal"
         log.debug("%s %s: %s bound %.6g (%.2fs)", solver, rec.sub.describe(), res.status, rec.bound, res.wall_s)
+        if progress is not None:
+            lb = min((r.bound for r in records), default=math.nan)
+            progress(ProgressEvent(solver, solved, len(records), best_val, time.perf_counter() - t0, time_limit, lb))
 
     if deadline is None:
         # no limit: every sub-problem to the end, most promising first (the incumbent prunes the rest)
@@ -815,13 +823,16 @@ def _solve_auto(
     relative_gap: float | None,
     backend: str | None,
     split: str | None,
+    progress: Progress | None = None,
     **options: Any,
 ) -> Solution:
     """Pruned DP for a fast good plan, then the exact backend warm-started from it for the proof."""
     from hapmoe_milp.search.dp import solve_dp
 
     t0 = time.perf_counter()
-    dp = solve_dp(model, cluster, settings, family=family, pruning=pruning or Pruning(), time_limit=time_limit)
+    dp = solve_dp(
+        model, cluster, settings, family=family, pruning=pruning or Pruning(), time_limit=time_limit, progress=progress
+    )
     left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
     exact_solver = backend if backend in ("cpsat", "milp") else "cpsat"
     dp_stats = {"dp_status": dp.status, "dp_objective_s": dp.objective_s, "dp_wall_s": dp.wall_s}
@@ -849,6 +860,7 @@ def _solve_auto(
         backend=None if backend in ("cpsat", "milp") else backend,
         hint=dp.plan,
         split=split,
+        progress=progress,
         **options,
     )
     wall = time.perf_counter() - t0

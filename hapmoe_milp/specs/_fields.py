@@ -6,8 +6,11 @@ Every accessor takes the document's source name and a dotted field path so that 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
+import reprlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,32 +18,154 @@ from typing import Any
 import yaml
 
 from hapmoe_milp.errors import SpecError
+from hapmoe_milp.limits import SAFE_NAME_PATTERN
 
 _MISSING = object()
+
+MAX_FILE_BYTES = 16 << 20  # a spec, plan or preset file larger than this is not one
+MAX_DOCUMENT_VALUES = 1_000_000  # values a document may expand to (YAML aliases share, they do not copy)
+
+
+def show(v: Any, limit: int = 60) -> str:
+    """``repr(v)`` cut to ``limit`` characters: an error message quotes the bad value, never megabytes of it
+    (a YAML alias bomb is small on disk and huge when printed)."""
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother, r.maxlist, r.maxdict = 3, limit, limit, 6, 6
+    try:
+        text = r.repr(v)
+    except Exception:  # a value whose repr fails is still reported
+        text = f"<{type(v).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_SafeBase: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when built with it: ~10x faster
+
+
+class _StrictLoader(_SafeBase):  # type: ignore[misc,valid-type]
+    """``yaml.safe_load`` that refuses duplicate keys (YAML's "last one wins" hides typos)."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    dup = key in seen
+                except TypeError:
+                    continue  # unhashable: the base class reports it
+                if dup:
+                    mark = key_node.start_mark
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {show(key)}", mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+
+
+def _strict_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {show(k)}")
+        out[k] = v
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON (use a finite number or null)")
+
+
+def strict_json_loads(text: str) -> Any:
+    """``json.loads`` that refuses duplicate keys and NaN/Infinity, as the JSON standard does."""
+    return json.loads(text, object_pairs_hook=_strict_pairs, parse_constant=_no_constant)
+
+
+def _expanded_size(doc: Any) -> int:
+    """How many values ``doc`` holds once aliases are expanded (shared sub-trees counted per use)."""
+    memo: dict[int, int] = {}
+
+    def size(v: Any) -> int:
+        if isinstance(v, dict | list):
+            key = id(v)
+            if key in memo:
+                return memo[key]
+            memo[key] = 1  # a recursive alias counts once (yaml builds such cycles)
+            items = v.values() if isinstance(v, dict) else v
+            n = 1
+            for x in items:
+                n += size(x)
+                if n > MAX_DOCUMENT_VALUES:
+                    break
+            memo[key] = n
+            return n
+        return 1
+
+    return size(doc)
+
+
+def parse_text(text: str, source: str, kind: str) -> Any:
+    """Parse YAML or JSON text strictly; every syntax problem becomes a one-line SpecError."""
+    try:
+        doc = strict_json_loads(text) if kind == "JSON" else yaml.load(text, Loader=_StrictLoader)
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+            first = exc.problem + (f" (line {exc.problem_mark.line + 1})" if exc.problem_mark else "")
+        raise SpecError(f"not valid {kind}: {first[:200]}", source=source) from None
+    if _expanded_size(doc) > MAX_DOCUMENT_VALUES:
+        raise SpecError(
+            f"expands to more than {MAX_DOCUMENT_VALUES:,} values (YAML aliases); refusing it", source=source
+        )
+    return doc
 
 
 def load_document(path: str | Path) -> dict[str, Any]:
     """Read a YAML or JSON mapping, turning every I/O or syntax problem into a SpecError."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise SpecError("file not found", source=str(p)) from None
     except IsADirectoryError:
         raise SpecError("is a directory, expected a file", source=str(p)) from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         raise SpecError(f"cannot read: {exc}", source=str(p)) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise SpecError(f"is larger than {MAX_FILE_BYTES >> 20} MiB; not a spec, plan or preset file", source=str(p))
     try:
-        if p.suffix == ".json":
-            doc = json.loads(text)
-        else:
-            doc = yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError, ValueError, RecursionError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SpecError(f"not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {msg}", source=str(p)) from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})", source=str(p)) from None
+    doc = parse_text(text, str(p), "JSON" if p.suffix == ".json" else "YAML")
     if not isinstance(doc, dict):
         raise SpecError(f"expected a mapping at top level, got {type(doc).__name__}", source=str(p))
     return doc
+
+
+_SAFE_NAME_RE = re.compile(SAFE_NAME_PATTERN)
+
+
+def check_name(name: Any, source: str | None, fld: str) -> str:
+    """A model, cluster or device name: it reaches generated launch files (comments, host names, YAML), so
+    it is letters, digits and ``._+-`` only -- no spaces, quotes, ``$`` or newlines to inject with."""
+    if not isinstance(name, str) or not _SAFE_NAME_RE.fullmatch(name):
+        raise SpecError(
+            f"{show(name)} is not a safe name (letters, digits and . _ + - only, starting with a letter or digit, "
+            "at most 128 characters)",
+            source=source,
+            field=fld,
+        )
+    return name
+
+
+def spec_hash(doc: Any) -> str:
+    """Content hash of a spec: sha256 of its canonical JSON (sorted keys), first 16 hex digits."""
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+_KEY_RE = re.compile(r"[A-Za-z0-9_.\-\[\]]{1,80}")
 
 
 class Fields:
@@ -55,7 +180,8 @@ class Fields:
         self._seen: set[str] = set()
 
     def path(self, key: str) -> str:
-        return f"{self.prefix}.{key}" if self.prefix else key
+        k = key if isinstance(key, str) and _KEY_RE.fullmatch(key) else show(key, 40)
+        return f"{self.prefix}.{k}" if self.prefix else k
 
     def err(self, key: str, msg: str) -> SpecError:
         return SpecError(msg, source=self.source, field=self.path(key))
@@ -84,10 +210,10 @@ class Fields:
         if v is default and default is not _MISSING:
             return v
         if not isinstance(v, bool):
-            raise self.err(key, f"must be true or false, got {v!r}")
+            raise self.err(key, f"must be true or false, got {show(v)}")
         return v
 
-    def int_(self, key: str, default: Any = _MISSING, *, minimum: int | None = 1) -> Any:
+    def int_(self, key: str, default: Any = _MISSING, *, minimum: int | None = 1, maximum: int | None = None) -> Any:
         v = self.raw(key, default)
         if v is default and default is not _MISSING:
             return v
@@ -95,10 +221,12 @@ class Fields:
             if isinstance(v, float) and v.is_integer():
                 v = int(v)
             else:
-                raise self.err(key, f"must be an integer, got {v!r}")
+                raise self.err(key, f"must be an integer, got {show(v)}")
         if minimum is not None and v < minimum:
             word = "positive" if minimum == 1 else "0 or positive" if minimum == 0 else f">= {minimum}"
-            raise self.err(key, f"must be {word}, got {v}")
+            raise self.err(key, f"must be {word}, got {show(v)}")
+        if maximum is not None and v > maximum:
+            raise self.err(key, f"{show(v)} exceeds the supported maximum of {maximum:,}")
         return v
 
     def float_(self, key: str, default: Any = _MISSING, *, positive: bool = True, allow_zero: bool = False) -> Any:
@@ -106,8 +234,11 @@ class Fields:
         if v is default and default is not _MISSING:
             return v
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise self.err(key, f"must be a number, got {v!r}")
-        v = float(v)
+            raise self.err(key, f"must be a number, got {show(v)}")
+        try:
+            v = float(v)
+        except OverflowError:
+            v = math.inf
         if not math.isfinite(v):
             raise self.err(key, f"must be finite, got {v}")
         if positive and (v < 0 or (v == 0 and not allow_zero)):
@@ -131,10 +262,10 @@ class Fields:
     def choice(self, key: str, choices: Sequence[str], default: Any = _MISSING) -> Any:
         v = self.str_(key, default)
         if v not in choices:
-            raise self.err(key, f"must be one of {', '.join(choices)}, got {v!r}")
+            raise self.err(key, f"must be one of {', '.join(choices)}, got {show(v)}")
         return v
 
     def reject_unknown(self, allowed_extra: Sequence[str] = ()) -> None:
         unknown = sorted(set(map(str, self.doc)) - self._seen - set(allowed_extra))
         if unknown:
-            raise self.err(unknown[0], "unknown field" + (f" (also: {', '.join(unknown[1:])})" if unknown[1:] else ""))
+            raise self.err(unknown[0], "unknown field" + (f" (also: {show(unknown[1:], 80)})" if unknown[1:] else ""))

@@ -41,8 +41,12 @@ def _looks_like_path(s: str) -> bool:
 
 @dataclass(frozen=True)
 class Catalog:
+    """Device tables resolve in order: ``devices_dirs`` (e.g. profiled), then the calibrated tables
+    (``clusters/devices-calibrated``, unless ``use_calibrated`` is off), then the shipped ones."""
+
     root: Path = field(default_factory=default_root)
     devices_dirs: tuple[Path, ...] = ()
+    use_calibrated: bool = True
 
     @property
     def models_dir(self) -> Path:
@@ -53,8 +57,13 @@ class Catalog:
         return self.root / "clusters"
 
     @property
+    def calibrated_dir(self) -> Path:
+        return self.root / "clusters" / "devices-calibrated"
+
+    @property
     def device_search_path(self) -> tuple[Path, ...]:
-        return (*self.devices_dirs, self.root / "clusters" / "devices")
+        calibrated = (self.calibrated_dir,) if self.use_calibrated else ()
+        return (*self.devices_dirs, *calibrated, self.root / "clusters" / "devices")
 
     # ------------------------------------------------------------------ listing
     @staticmethod

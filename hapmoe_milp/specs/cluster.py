@@ -7,13 +7,15 @@ the shared scale-out network through a bridging layer. Its bandwidth is modelled
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from hapmoe_milp.errors import SpecError
-from hapmoe_milp.specs._fields import Fields
+from hapmoe_milp.limits import MAX_DEVICES, MAX_GROUPS
+from hapmoe_milp.specs._fields import Fields, check_name, show, spec_hash
 from hapmoe_milp.specs.device import DeviceSpec
 
 INLINE_RE = re.compile(r"^\s*\d+\s*[x*]\s*[A-Za-z0-9_.-]+(\s*\+\s*\d+\s*[x*]\s*[A-Za-z0-9_.-]+)*\s*$", re.ASCII)
@@ -118,21 +120,38 @@ class ClusterSpec:
 DeviceResolver = Callable[[str, str, str], DeviceSpec]
 
 
+def check_size(groups: list[NodeGroup], source: str | None, fld: str) -> None:
+    """The cluster caps (``limits.py``): a cluster this large is a typo, and would take the space builder
+    minutes before the search's time limit even starts."""
+    if len(groups) > MAX_GROUPS:
+        raise SpecError(
+            f"{len(groups)} node groups exceed the supported maximum of {MAX_GROUPS}", source=source, field=fld
+        )
+    total = sum(g.devices for g in groups)
+    if total > MAX_DEVICES:
+        raise SpecError(
+            f"{total:,} devices exceed the supported maximum of {MAX_DEVICES:,} per cluster", source=source, field=fld
+        )
+
+
 def cluster_from_dict(doc: dict[str, Any], source: str, resolve_device: DeviceResolver) -> ClusterSpec:
     f = Fields(doc, source)
-    name = f.str_("name")
+    name = check_name(f.str_("name"), source, "name")
     groups: list[NodeGroup] = []
     raw_groups = f.list_("groups")
     if not raw_groups:
         raise f.err("groups", "must list at least one node group")
+    if len(raw_groups) > MAX_GROUPS:
+        raise f.err("groups", f"{len(raw_groups)} node groups exceed the supported maximum of {MAX_GROUPS}")
     for i, g in enumerate(raw_groups):
         gf = Fields(g, source, f"groups[{i}]")
         dev = resolve_device(gf.str_("device"), source, gf.path("device"))
         dpn = gf.int_("devices_per_node", dev.devices_per_node)
         if dpn > dev.devices_per_node:
             raise gf.err("devices_per_node", f"{dpn} exceeds the {dev.devices_per_node} devices per node of {dev.id}")
-        groups.append(NodeGroup(dev, gf.int_("nodes"), dpn))
+        groups.append(NodeGroup(dev, gf.int_("nodes", maximum=MAX_DEVICES), dpn))
         gf.reject_unknown(allowed_extra=("note",))
+    check_size(groups, source, "groups")
     cross = CrossLink()
     cf = f.sub("cross_link", None)
     if cf is not None:
@@ -149,8 +168,11 @@ def cluster_from_dict(doc: dict[str, Any], source: str, resolve_device: DeviceRe
     prices: list[tuple[str, float]] = []
     pf = f.sub("prices", None)
     if pf is not None:
+        types = [g.device.id for g in groups]
         for k in list(pf.doc):
-            prices.append((str(k), pf.float_(str(k))))
+            if str(k) not in types:
+                raise pf.err(str(k), f"no node group of this cluster has device {show(str(k))} ({', '.join(types)})")
+            prices.append((str(k), pf.float_(str(k), allow_zero=True)))
     src = f.raw("sources", [])
     if isinstance(src, str):
         src = [src]
@@ -172,16 +194,22 @@ def cluster_from_dict(doc: dict[str, Any], source: str, resolve_device: DeviceRe
 def parse_inline(text: str, resolve_device: DeviceResolver) -> ClusterSpec:
     """``8xh800+16x910b``: counts per device type; node size from each device entry."""
     if not INLINE_RE.match(text):
-        raise SpecError(f"not an inline cluster (expected e.g. 8xh800+16x910b): {text!r}", field="--cluster")
+        raise SpecError(f"not an inline cluster (expected e.g. 8xh800+16x910b): {show(text)}", field="--cluster")
     groups: list[NodeGroup] = []
     compact = re.sub(r"\s+", "", text)
     for part in compact.split("+"):
         m = re.match(r"^(\d+)[x*](.+)$", part)
         if m is None:
-            raise SpecError(f"cannot parse {part!r} (expected COUNTxDEVICE)", field="--cluster")
-        count, did = int(m.group(1)), m.group(2)
+            raise SpecError(f"cannot parse {show(part)} (expected COUNTxDEVICE)", field="--cluster")
+        digits, did = m.group(1), m.group(2)
+        count = int(digits) if len(digits) <= 9 else MAX_DEVICES + 1
         if count <= 0:
-            raise SpecError(f"device count must be positive in {part!r}", field="--cluster")
+            raise SpecError(f"device count must be positive in {show(part)}", field="--cluster")
+        if count > MAX_DEVICES:
+            raise SpecError(
+                f"{show(part)}: more than the supported maximum of {MAX_DEVICES:,} devices per cluster",
+                field="--cluster",
+            )
         dev = resolve_device(did, "--cluster", part)
         dpn = dev.devices_per_node
         if count % dpn == 0:
@@ -194,4 +222,46 @@ def parse_inline(text: str, resolve_device: DeviceResolver) -> ClusterSpec:
                 source="--cluster",
                 field=part,
             )
-    return ClusterSpec(name=compact, groups=tuple(groups), description="inline", origin="inline")
+    check_size(groups, None, "--cluster")
+    name = "+".join(f"{g.devices}x{g.device.id}" for g in groups)  # canonical: '16 * H800' is '16xh800'
+    return ClusterSpec(name=name, groups=tuple(groups), description="inline", origin="inline")
+
+
+# ---------------------------------------------------------------------- writing a spec back (plan files)
+def device_hash(dev: DeviceSpec) -> str:
+    """Content hash of a device table: every field (peaks, fabric, lookup tables, overheads) but where the
+    file lives. Generic over the dataclass, so fields added to device tables later are covered too."""
+    doc = dataclasses.asdict(dev)
+    doc.pop("origin", None)
+    return spec_hash(doc)
+
+
+def cluster_to_dict(c: ClusterSpec) -> dict[str, Any]:
+    """The cluster as a document ``cluster_from_dict`` reads back (devices by id, resolved through the
+    catalog)."""
+    out: dict[str, Any] = {
+        "name": c.name,
+        "groups": [{"device": g.device.id, "nodes": g.nodes, "devices_per_node": g.devices_per_node} for g in c.groups],
+        "cross_link": {
+            "efficiency": c.cross.efficiency,
+            "latency_us": c.cross.latency_us,
+            "assumption": c.cross.assumption,
+        },
+    }
+    if c.cross.bandwidth_GBps is not None:
+        out["cross_link"]["bandwidth_GBps"] = c.cross.bandwidth_GBps
+    if c.prices:
+        out["prices"] = dict(c.prices)
+    if c.description:
+        out["description"] = c.description
+    return out
+
+
+def cluster_hash(c: ClusterSpec) -> str:
+    """Content hash of what a plan depends on: structure, cross link, and every device table's content."""
+    doc = cluster_to_dict(c)
+    doc.pop("description", None)
+    doc.pop("prices", None)
+    doc["cross_link"].pop("assumption", None)
+    doc["devices"] = {did: device_hash(c.device(did)) for did in c.device_types}
+    return spec_hash(doc)

@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hapmoe_milp.errors import SpecError
-from hapmoe_milp.specs._fields import Fields, load_document
+from hapmoe_milp.limits import MAX_DEVICES_PER_NODE
+from hapmoe_milp.specs._fields import Fields, check_name, load_document
+from hapmoe_milp.specs.runtime import RuntimeParams, runtime_from_fields
 from hapmoe_milp.specs.tables import Table, table_from_fields
 
 PRIMITIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 LINK_CLASSES = ("intra", "inter")
 FABRICS = ("switch", "mesh", "pcie")
-PROVENANCES = ("datasheet+public-benchmarks", "profiled")
+PROVENANCES = ("datasheet+public-benchmarks", "profiled", "calibrated")
 Precision = Literal["bf16", "fp8"]
 
 
@@ -55,13 +57,39 @@ class DeviceSpec:
     gemm_efficiency: Table
     attention_efficiency: Table
     attention_bwd_efficiency: Table
-    memory_bound_efficiency: float
     collectives: dict[str, dict[str, Table]]
+    runtime: RuntimeParams = field(default_factory=RuntimeParams)
+    runtime_defaulted: tuple[str, ...] = ()  # runtime parameters the file did not set (defaults are assumptions)
     sources: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = ()
     profiled: dict[str, str] = field(default_factory=dict)
+    calibration: dict[str, Any] = field(default_factory=dict)  # runs, fitted parameters, residuals (calibrated)
     price_per_hour: float | None = None
     origin: str = ""
+
+    def runtime_basis(self, name: str) -> str:
+        """Where a runtime term's value comes from: ``source`` (read off a benchmark), ``derived``,
+        ``assumed``, ``measured`` (profiled) or ``calibrated``; unset terms are ``assumed`` defaults.
+
+        Shipped tables list every derived/assumed number under ``assumptions`` as
+        ``runtime.<name> = <value> (<kind>): ...``; the fitter trusts a term accordingly.
+        """
+        if self.provenance == "calibrated":
+            return "calibrated"
+        if name in self.runtime_defaulted:
+            return "assumed"
+        prefix = f"runtime.{name} = "
+        for a in self.assumptions:
+            if a.startswith(prefix):
+                for kind in ("assumed", "measured", "derived"):
+                    if f"({kind})" in a:
+                        return kind
+        return "measured" if self.provenance == "profiled" else "source"
+
+    @property
+    def memory_bound_efficiency(self) -> float:
+        """Achieved fraction of peak HBM bandwidth in memory-bound passes (``runtime.memory_efficiency``)."""
+        return self.runtime.memory_efficiency
 
     def peak(self, precision: str = "bf16") -> float:
         """Dense peak TFLOP/s for the precision; V100-class parts without BF16 fall back to FP16."""
@@ -99,12 +127,13 @@ class DeviceSpec:
             "pair_GBps": self.intra.per_pair_GBps,
             "nic_Gbps": self.nic_Gbps,
             "provenance": self.provenance,
+            "origin": self.origin,
         }
 
 
 def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
     f = Fields(doc, source)
-    did = f.str_("id")
+    did = check_name(f.str_("id"), source, "id")  # device ids become host names in launch files
     peaks_f = f.sub("peak_tflops")
     assert peaks_f is not None
     peaks: dict[str, float] = {}
@@ -133,8 +162,8 @@ def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
     for t, nm in ((gemm, "gemm_efficiency"), (attn, "attention_efficiency"), (attn_b, "attention_bwd_efficiency")):
         if max(t.y) > 1.0:
             raise tf.err(nm, f"efficiencies are fractions of peak and must be <= 1, got {max(t.y)}")
-    mbe = tf.float_("memory_bound_efficiency")
-    if mbe > 1:
+    mbe = tf.float_("memory_bound_efficiency", None)
+    if mbe is not None and mbe > 1:
         raise tf.err("memory_bound_efficiency", f"must be a fraction <= 1, got {mbe}")
     coll_f = tf.sub("collectives")
     assert coll_f is not None
@@ -148,6 +177,11 @@ def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
         lf.reject_unknown(allowed_extra=("note",))
     coll_f.reject_unknown(allowed_extra=("note",))
     tf.reject_unknown(allowed_extra=("note",))
+    # runtime terms; a table's memory_bound_efficiency (older schema, the profiler) seeds memory_efficiency
+    base = RuntimeParams() if mbe is None else RuntimeParams(memory_efficiency=mbe)
+    runtime, defaulted = runtime_from_fields(f.sub("runtime", None), base)
+    if mbe is not None and "memory_efficiency" in defaulted:
+        defaulted.remove("memory_efficiency")
     prov = f.choice("provenance", PROVENANCES)
     profiled: dict[str, str] = {}
     pf = f.sub("profiled", None)
@@ -156,6 +190,13 @@ def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
         pf._seen.update(pf.doc)  # free-form
     if prov == "profiled" and not profiled:
         raise f.err("profiled", "a profiled table must record host, date and tool versions")
+    calibration: dict[str, Any] = {}
+    cf = f.sub("calibration", None)
+    if cf is not None:
+        calibration = dict(cf.doc)
+        cf._seen.update(cf.doc)  # free-form record of the fit
+    if prov == "calibrated" and not calibration.get("runs"):
+        raise f.err("calibration", "a calibrated table must record the runs it was fitted to")
     sources = f.list_("sources", [])
     if prov != "profiled" and not sources:
         raise f.err("sources", "a shipped table must cite its sources")
@@ -167,17 +208,19 @@ def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
         memory_gib=f.float_("memory_gib"),
         memory_bandwidth_GBps=f.float_("memory_bandwidth_GBps"),
         peak_tflops=peaks,
-        devices_per_node=f.int_("devices_per_node"),
+        devices_per_node=f.int_("devices_per_node", maximum=MAX_DEVICES_PER_NODE),
         intra=intra,
         nic_Gbps=f.float_("nic_Gbps"),
         gemm_efficiency=gemm,
         attention_efficiency=attn,
         attention_bwd_efficiency=attn_b,
-        memory_bound_efficiency=mbe,
         collectives=colls,
+        runtime=runtime,
+        runtime_defaulted=tuple(defaulted),
         sources=tuple(str(s) for s in sources),
         assumptions=tuple(str(s) for s in f.list_("assumptions", [])),
         profiled=profiled,
+        calibration=calibration,
         price_per_hour=f.float_("price_per_hour", None),
         origin=source,
     )

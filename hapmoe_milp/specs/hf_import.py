@@ -7,10 +7,12 @@ mapping lives here, once, so everything downstream sees Megatron's names.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from hapmoe_milp.errors import SpecError
+from hapmoe_milp.limits import MAX_LAYERS
 from hapmoe_milp.specs._fields import Fields, load_document
 from hapmoe_milp.specs.model import ModelSpec, TrainingDefaults, validate_model
 
@@ -28,6 +30,11 @@ SUPPORTED = (
 )
 
 
+def _safe_name(text: str) -> str:
+    """A catalog-safe name from a folder name (spaces and other characters become '-')."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-._+")[:128]
+
+
 def _pattern(n_layers: int, moe: list[bool]) -> tuple[int, ...] | int:
     pat = tuple(int(m) for m in moe)
     return 1 if all(pat) else pat
@@ -38,7 +45,7 @@ def model_from_hf_config(doc: dict[str, Any], source: str, name: str | None = No
     mt = f.str_("model_type", "")
     if mt not in SUPPORTED:
         raise f.err("model_type", f"unsupported model_type {mt!r}; supported: {', '.join(SUPPORTED)}")
-    L = f.int_("num_hidden_layers")
+    L = f.int_("num_hidden_layers", maximum=MAX_LAYERS)
     h = f.int_("hidden_size")
     nh = f.int_("num_attention_heads")
     nkv = f.int_("num_key_value_heads", nh)
@@ -46,7 +53,7 @@ def model_from_hf_config(doc: dict[str, Any], source: str, name: str | None = No
     tied = f.bool_("tie_word_embeddings", False)
     head_dim = f.int_("head_dim", None)
     kw: dict[str, Any] = {
-        "name": name or Path(source).parent.name or mt,
+        "name": name or _safe_name(Path(source).parent.name) or mt,
         "num_layers": L,
         "hidden_size": h,
         "num_attention_heads": nh,
@@ -76,6 +83,9 @@ def model_from_hf_config(doc: dict[str, Any], source: str, name: str | None = No
         mlp_only_raw = f.list_("mlp_only_layers", [])
         if not all(isinstance(x, int) and not isinstance(x, bool) for x in mlp_only_raw):
             raise f.err("mlp_only_layers", "must be a list of layer indices")
+        outside = [x for x in mlp_only_raw if not 0 <= x < L]
+        if outside:
+            raise f.err("mlp_only_layers", f"layer index {outside[0]} is outside 0..{L - 1} (num_hidden_layers {L})")
         mlp_only = set(mlp_only_raw)
         moe = [(i not in mlp_only) and (i + 1) % step == 0 for i in range(L)]
         kw.update(
@@ -134,6 +144,15 @@ def model_from_hf_config(doc: dict[str, Any], source: str, name: str | None = No
             attention_sinks=True,
             moe_router_bias=True,
         )
+        types = f.raw("layer_types", None)
+        sw = f.int_("sliding_window", None)
+        if sw and isinstance(types, list) and types:
+            full = [i for i, t in enumerate(types) if t == "full_attention"]
+            # Megatron's skip frequency N makes every N-th layer (1-based) full attention
+            if full and all((i + 1) % (full[0] + 1) == 0 for i in full) and len(full) == len(types) // (full[0] + 1):
+                kw.update(window_size=sw, window_attn_skip_freq=full[0] + 1)
+            elif not full:
+                kw.update(window_size=sw)
     seq = f.int_("max_position_embeddings", 4096)
     kw["defaults"] = TrainingDefaults(seq_length=min(seq, 4096))
     m = ModelSpec(**kw)

@@ -8,20 +8,28 @@ MFU/TFLOP/s numbers are directly comparable with Megatron's own logs and NVIDIA'
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from hapmoe_milp.errors import SpecError
-from hapmoe_milp.specs._fields import Fields
+from hapmoe_milp.config import DISPATCHERS, Settings
+from hapmoe_milp.errors import HapmoeError, SpecError
+from hapmoe_milp.limits import MAX_EXPERTS, MAX_FREQ_EXPR_LEN, MAX_HEADS, MAX_HIDDEN_SIZE, MAX_LAYERS, MAX_VOCAB
+from hapmoe_milp.specs._fields import Fields, check_name, show, spec_hash
 
 LayerKind = Literal["dense", "moe", "mtp"]
 ActiveConvention = Literal["all_embeddings", "excl_input_embedding"]
 
-DISPATCHERS = ("allgather", "alltoall", "flex")
-MAX_LAYERS = 10_000
-MAX_FREQ_EXPR_LEN = 100_000
+__all__ = [
+    "DISPATCHERS",
+    "MAX_FREQ_EXPR_LEN",
+    "MAX_LAYERS",
+    "ModelSpec",
+    "model_from_dict",
+    "model_hash",
+    "model_to_dict",
+]
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,10 @@ class ModelSpec:
     add_bias_linear: bool = False
     qk_layernorm: bool = False
     attention_sinks: bool = False
+    # sliding-window attention (Megatron --window-size / --window-attn-skip-freq): layers attend to the last
+    # ``window_size`` tokens, except every ``window_attn_skip_freq``-th layer, which attends to all
+    window_size: int | None = None
+    window_attn_skip_freq: int = 0
     make_vocab_size_divisible_by: int = 128
     description: str = ""
     sources: tuple[str, ...] = ()
@@ -90,6 +102,21 @@ class ModelSpec:
     origin: str = ""
 
     # ------------------------------------------------------------------ derived shape
+    def attention_keys_factor(self, seq: int) -> float:
+        """Mean keys a query attends to, over all layers, relative to full causal attention (``S/2``).
+
+        With a sliding window of W <= S tokens a query at position i sees min(i+1, W) keys; averaged over
+        the S positions that is ``(W(W+1)/2 + (S-W)W) / S``. Layers differ only in this, so the cost model
+        prices every layer at the average (exact for a stage's total when its layers alternate evenly).
+        """
+        w = self.window_size
+        if not w or w >= seq:
+            return 1.0
+        windowed = (w * (w + 1) / 2 + (seq - w) * w) / seq / (seq / 2)
+        n = self.num_layers
+        full = n // self.window_attn_skip_freq if self.window_attn_skip_freq else 0
+        return (full + (n - full) * windowed) / n
+
     @property
     def is_moe(self) -> bool:
         return bool(self.num_experts)
@@ -387,6 +414,43 @@ def validate_model(m: ModelSpec, source: str) -> None:
     def bad(fld: str, msg: str) -> SpecError:
         return SpecError(msg, source=source, field=fld)
 
+    check_name(m.name, source, "name")
+    for fld, cap in (
+        ("num_layers", MAX_LAYERS),
+        ("hidden_size", MAX_HIDDEN_SIZE),
+        ("num_attention_heads", MAX_HEADS),
+        ("vocab_size", MAX_VOCAB),
+        ("num_query_groups", MAX_HEADS),
+        ("kv_channels", MAX_HIDDEN_SIZE),
+        ("ffn_hidden_size", MAX_HIDDEN_SIZE),
+        ("num_experts", MAX_EXPERTS),
+        ("moe_ffn_hidden_size", MAX_HIDDEN_SIZE),
+        ("moe_shared_expert_intermediate_size", MAX_HIDDEN_SIZE),
+        ("q_lora_rank", MAX_HIDDEN_SIZE),
+        ("kv_lora_rank", MAX_HIDDEN_SIZE),
+        ("qk_head_dim", MAX_HIDDEN_SIZE),
+        ("qk_pos_emb_head_dim", MAX_HIDDEN_SIZE),
+        ("v_head_dim", MAX_HIDDEN_SIZE),
+        ("mtp_num_layers", MAX_LAYERS),
+        ("moe_router_topk", MAX_EXPERTS),
+        ("make_vocab_size_divisible_by", MAX_VOCAB),
+    ):
+        v = getattr(m, fld)
+        if v is None:
+            continue
+        low = 0 if fld in ("moe_shared_expert_intermediate_size", "mtp_num_layers") else 1
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise bad(fld, f"must be {'a positive' if low else 'a non-negative'} integer, got {v!r}")
+        if v > cap:
+            raise bad(fld, f"{v:,} exceeds the supported maximum of {cap:,}")
+    if m.num_layers + m.mtp_num_layers > MAX_LAYERS:
+        raise bad("mtp_num_layers", f"num_layers + mtp_num_layers exceeds the supported maximum of {MAX_LAYERS:,}")
+    if not m.multi_latent_attention and not m.kv_channels and m.hidden_size % m.num_attention_heads:
+        raise bad(
+            "hidden_size",
+            f"{m.hidden_size} is not divisible by num_attention_heads {m.num_attention_heads} "
+            "(Megatron's kv_channels = hidden_size / heads); set kv_channels",
+        )
     if m.num_attention_heads and m.groups > m.num_attention_heads:
         raise bad("num_query_groups", f"{m.groups} exceeds num_attention_heads {m.num_attention_heads}")
     if m.num_attention_heads % m.groups:
@@ -404,8 +468,17 @@ def validate_model(m: ModelSpec, source: str) -> None:
             raise bad("moe_layer_freq", f"must be a positive integer, got {m.moe_layer_freq}")
         if m.num_moe_layers == 0:
             raise bad("moe_layer_freq", "num_experts is set but no layer is MoE")
-    if m.defaults.moe_token_dispatcher_type not in DISPATCHERS:
-        raise bad("defaults.moe_token_dispatcher_type", f"must be one of {', '.join(DISPATCHERS)}")
+    d = m.defaults
+    try:  # the defaults become run settings: the settings layer checks them, under their names here
+        Settings(
+            seq_length=d.seq_length,
+            global_batch_size=d.global_batch_size,
+            micro_batch_size=d.micro_batch_size,
+            dispatcher=d.moe_token_dispatcher_type,
+        )
+    except HapmoeError as exc:
+        names = {"dispatcher": "moe_token_dispatcher_type"}
+        raise exc.at(source=source, field=f"defaults.{names.get(exc.field or '', exc.field)}") from None
     if m.normalization not in ("RMSNorm", "LayerNorm"):
         raise bad("normalization", f"must be RMSNorm or LayerNorm, got {m.normalization!r}")
 
@@ -438,12 +511,12 @@ def _parse_freq_expr(expr: str, f: Fields) -> int | tuple[int, ...]:
     if text.isdigit():
         v = int(text[:7]) if len(text) <= 7 else 0
         if v < 1:
-            raise f.err("moe_layer_freq", f"must be a positive integer, got {expr!r}")
+            raise f.err("moe_layer_freq", f"must be a positive integer, got {show(expr)}")
         return v
     pos = 0
 
     def fail(msg: str) -> SpecError:
-        return f.err("moe_layer_freq", f"cannot parse list expression {expr!r}: {msg}")
+        return f.err("moe_layer_freq", f"cannot parse list expression {show(expr)}: {msg}")
 
     def parse_int() -> int:
         nonlocal pos
@@ -512,10 +585,11 @@ def _parse_freq_expr(expr: str, f: Fields) -> int | tuple[int, ...]:
 def model_from_dict(doc: dict[str, Any], source: str) -> ModelSpec:
     f = Fields(doc, source)
     kw: dict[str, Any] = {"name": f.str_("name")}
+    check_name(kw["name"], source, "name")
     for k in _ARCH_INT:
         kw[k] = f.int_(k)
     if kw["num_layers"] > MAX_LAYERS:
-        raise f.err("num_layers", f"{kw['num_layers']} exceeds the supported maximum of {MAX_LAYERS}")
+        raise f.err("num_layers", f"{kw['num_layers']:,} exceeds the supported maximum of {MAX_LAYERS:,}")
     for k in _ARCH_OPT_INT:
         v = f.int_(k, None, minimum=0 if k == "num_experts" else 1)
         if v is not None:
@@ -531,6 +605,8 @@ def model_from_dict(doc: dict[str, Any], source: str) -> ModelSpec:
     kw["qk_pos_emb_head_dim"] = f.int_("qk_pos_emb_head_dim", 64)
     kw["v_head_dim"] = f.int_("v_head_dim", 128)
     kw["make_vocab_size_divisible_by"] = f.int_("make_vocab_size_divisible_by", 128)
+    kw["window_size"] = f.int_("window_size", None)
+    kw["window_attn_skip_freq"] = f.int_("window_attn_skip_freq", 0, minimum=0)
     for b, d in (
         ("moe_shared_expert_gate", False),
         ("moe_router_bias", False),
@@ -588,3 +664,49 @@ def load_model_file(path: str | Path) -> ModelSpec:
 
         return model_from_hf_config(doc, str(path))
     return model_from_dict(doc, str(path))
+
+
+# ---------------------------------------------------------------------- writing a spec back (plan files)
+_NOT_ARCH = ("name", "description", "sources", "official", "defaults", "origin")
+
+
+def model_to_dict(m: ModelSpec) -> dict[str, Any]:
+    """The model as a document ``model_from_dict`` reads back to an equal spec (plan files embed it)."""
+    out: dict[str, Any] = {"name": m.name}
+    for f in fields(m):
+        if f.name in _NOT_ARCH:
+            continue
+        v = getattr(m, f.name)
+        if v is None:
+            continue
+        out[f.name] = list(v) if isinstance(v, tuple) else v
+    if m.description:
+        out["description"] = m.description
+    if m.sources:
+        out["source"] = list(m.sources)
+    if m.official is not None:
+        o = m.official
+        out["official"] = {
+            "total_b": o.total_b,
+            "active_b": o.active_b,
+            "active_convention": o.active_convention,
+            "includes_mtp": o.includes_mtp,
+            "source": o.source,
+        }
+    d = m.defaults
+    out["defaults"] = {
+        "seq_length": d.seq_length,
+        "global_batch_size": d.global_batch_size,
+        "micro_batch_size": d.micro_batch_size,
+        "moe_token_dispatcher_type": d.moe_token_dispatcher_type,
+    }
+    return out
+
+
+def model_hash(m: ModelSpec) -> str:
+    """Content hash of what a plan depends on: the name and every architecture field (not the description,
+    sources, published counts or training defaults)."""
+    doc = model_to_dict(m)
+    for k in ("description", "source", "official", "defaults"):
+        doc.pop(k, None)
+    return spec_hash(doc)

@@ -1,0 +1,209 @@
+"""Measured training runs: what a user (or a public benchmark) ran, on what, and how fast it went.
+
+A runs file is YAML (``runs:`` list of mappings) or CSV (one run per row, same column names). Each run
+names a model and a cluster as everywhere else (catalog name, path, or inline ``16xh100``), the Megatron
+launch knobs, the settings that differ from the model's defaults, and one measurement: the step time, or
+tokens per second (per device or in total). Everything is checked here, once, with the file and the
+field in the message.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hapmoe_milp.errors import SpecError
+from hapmoe_milp.specs._fields import Fields, load_document
+from hapmoe_milp.specs.model import DISPATCHERS
+
+RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp8")
+MEASURES = ("step_time_s", "tokens_per_s_per_device", "tokens_per_s")
+KNOBS = ("tp", "pp", "cp", "ep", "etp", "vpp")
+SETTING_BOOLS = ("overlap_ep_comm", "overlap_grad_reduce", "overlap_param_gather", "optimizer_offload")
+COLUMNS = (
+    "id",
+    "source",
+    "model",
+    "cluster",
+    *KNOBS,
+    "layout",
+    "recompute",
+    "seq_length",
+    "global_batch_size",
+    "micro_batch_size",
+    "precision",
+    "dispatcher",
+    *SETTING_BOOLS,
+    *MEASURES,
+    "peak_memory_gib",
+    "notes",
+)
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    id: str
+    source: str
+    model: str
+    cluster: str
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    etp: int | None
+    vpp: int
+    layout: str | None
+    recompute: str
+    seq_length: int
+    global_batch_size: int
+    micro_batch_size: int
+    precision: str
+    dispatcher: str | None
+    measure: str  # which of MEASURES was given
+    value: float
+    flags: dict[str, bool] = field(default_factory=dict)
+    peak_memory_gib: float | None = None
+    notes: str = ""
+    origin: str = ""
+
+    def step_time_s(self, world_size: int) -> float:
+        """The measurement as seconds per iteration (tokens/s are converted with GBS x sequence)."""
+        tokens = self.global_batch_size * self.seq_length
+        if self.measure == "step_time_s":
+            return self.value
+        if self.measure == "tokens_per_s":
+            return tokens / self.value
+        return tokens / (self.value * world_size)
+
+    def settings_kw(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {
+            "seq_length": self.seq_length,
+            "global_batch_size": self.global_batch_size,
+            "micro_batch_size": self.micro_batch_size,
+            "precision": self.precision,
+            **self.flags,
+        }
+        if self.dispatcher is not None:
+            kw["dispatcher"] = self.dispatcher
+        return kw
+
+
+def _run_from_fields(f: Fields) -> MeasuredRun:
+    rid = f.str_("id")
+    source = f.str_("source")
+    if not source.startswith(("http://", "https://", "file:", "local:")):
+        raise f.err("source", f"must be a URL (or file:/local: for your own runs), got {source!r}")
+    knobs = {k: f.int_(k, 1) for k in KNOBS if k != "etp"}
+    etp = f.int_("etp", None)
+    measures = [m for m in MEASURES if f.has(m)]
+    if len(measures) != 1:
+        raise f.err(
+            "step_time_s",
+            f"give exactly one measurement of {', '.join(MEASURES)} (got {', '.join(measures) or 'none'})",
+        )
+    value = f.float_(measures[0])
+    layout = f.str_("layout", None)
+    flags = {k: f.bool_(k) for k in SETTING_BOOLS if f.has(k)}
+    dispatcher = f.choice("dispatcher", DISPATCHERS) if f.has("dispatcher") else None
+    run = MeasuredRun(
+        id=rid,
+        source=source,
+        model=f.str_("model"),
+        cluster=f.str_("cluster"),
+        tp=knobs["tp"],
+        pp=knobs["pp"],
+        cp=knobs["cp"],
+        ep=knobs["ep"],
+        etp=etp,
+        vpp=knobs["vpp"],
+        layout=layout or None,
+        recompute=f.choice("recompute", RECOMPUTE, "none"),
+        seq_length=f.int_("seq_length"),
+        global_batch_size=f.int_("global_batch_size"),
+        micro_batch_size=f.int_("micro_batch_size", 1),
+        precision=f.choice("precision", PRECISIONS, "bf16"),
+        dispatcher=dispatcher,
+        measure=measures[0],
+        value=value,
+        flags=flags,
+        peak_memory_gib=f.float_("peak_memory_gib", None),
+        notes=f.str_("notes", ""),
+        origin=f.source,
+    )
+    f.reject_unknown()
+    return run
+
+
+def _csv_rows(path: Path) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError("file not found", source=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read: {exc}", source=str(path)) from None
+    reader = csv.DictReader(line for line in text.splitlines() if line.strip() and not line.startswith("#"))
+    rows: list[dict[str, Any]] = []
+    for raw in reader:
+        row: dict[str, Any] = {}
+        for k, v in raw.items():
+            if k is None:
+                raise SpecError("a row has more values than the header has columns", source=str(path))
+            v = (v or "").strip()
+            if v == "":
+                continue
+            row[k.strip()] = _csv_value(k.strip(), v)
+        rows.append(row)
+    return rows
+
+
+def _csv_value(key: str, v: str) -> Any:
+    if key in SETTING_BOOLS:
+        low = v.lower()
+        if low in ("true", "yes", "1"):
+            return True
+        if low in ("false", "no", "0"):
+            return False
+        return v
+    try:
+        num = float(v)
+    except ValueError:
+        return v
+    if key in (*KNOBS, "seq_length", "global_batch_size", "micro_batch_size") and math.isfinite(num):
+        return int(num) if num.is_integer() else num
+    return num if key in (*MEASURES, "peak_memory_gib") else v
+
+
+PUBLIC = "public"  # the shipped public calibration set, bench/calibration/runs.yaml under the catalog root
+
+
+def runs_path(ref: str | Path, root: Path) -> Path:
+    """A runs file by path, or ``public`` for the calibration set the shipped tables were fitted to."""
+    p = Path(ref)
+    if str(ref) == PUBLIC and not p.exists():
+        return root / "bench" / "calibration" / "runs.yaml"
+    return p
+
+
+def load_runs(path: str | Path) -> list[MeasuredRun]:
+    p = Path(path)
+    if p.suffix.lower() == ".csv":
+        docs = _csv_rows(p)
+        runs = [_run_from_fields(Fields(d, str(p), f"row {i + 2}")) for i, d in enumerate(docs)]
+    else:
+        doc = load_document(p)
+        f = Fields(doc, str(p))
+        items = f.list_("runs")
+        f.reject_unknown(allowed_extra=("description", "notes", "sources", "excluded", "held_out_policy"))
+        runs = [_run_from_fields(Fields(d, str(p), f"runs[{i}]")) for i, d in enumerate(items)]
+    if not runs:
+        raise SpecError("contains no runs", source=str(p))
+    seen: set[str] = set()
+    for r in runs:
+        if r.id in seen:
+            raise SpecError(f"duplicate run id {r.id!r}", source=str(p), field="id")
+        seen.add(r.id)
+    return runs

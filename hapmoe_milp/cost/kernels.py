@@ -1,0 +1,102 @@
+"""How many kernels one layer launches per micro-batch, and how many device-to-host syncs it makes.
+
+The host has to issue every kernel; when a layer's kernels are short (fine-grained experts, short
+sequences, small micro-batches) the host, not the device, sets the pace. The counts below follow
+Megatron-Core's layer structure with Transformer Engine and the fusions Megatron's performance recipes
+turn on (fused norm+GEMM, fused rotary, fused attention, bias-dropout-add, SwiGLU, router fusion,
+permute fusion). They are estimates of the structure, not measurements: a stack with other fusions
+launches more or fewer kernels, which the device's calibrated ``launch_us`` absorbs because time is
+``kernels x launch_us``.
+
+Counted per forward (each is one kernel unless said otherwise):
+
+- attention (GQA/MHA): input norm, QKV GEMM, rotary on Q and on K, fused attention, output GEMM,
+  bias-dropout-add = 7 (2 GEMMs); QK-norm adds 2; MLA: input norm, Q down/up and KV down/up GEMMs with
+  their two norms, rotary split/concat (4), fused attention, output GEMM, bias-dropout-add = 15 (5 GEMMs).
+- dense MLP: pre-MLP norm, fc1, SwiGLU, fc2, bias-dropout-add = 5 (2 GEMMs).
+- MoE MLP: pre-MLP norm, router GEMM, fp32 cast, fused top-k/softmax (2), auxiliary/z losses (3),
+  token counts per expert (2), the count exchange (1), permute (2), dispatch (1), chunk sort (1),
+  one fc1 and one fc2 GEMM *per local expert* (Transformer Engine's GroupedLinear issues a cuBLAS GEMM
+  per expert), activation, chunk sort back, combine, unpermute (2), bias-dropout-add = 20 + 2 x local
+  experts; shared experts add fc1, activation, fc2 and the add (4, 2 GEMMs). The flex dispatcher
+  (DeepEP/HybridEP) fuses the count exchange, permute and unpermute into its dispatch/combine kernels
+  (5 fewer).
+- sequence-parallel TP adds an all-gather and a reduce-scatter around each block (4); expert-TP adds an
+  all-gather and a reduce-scatter of the routed tokens (2); each context-parallel ring step adds a send,
+  a receive and an attention-output correction (3).
+- FP8 adds one quantisation kernel per GEMM input.
+
+Backward: two GEMMs (data and weight gradient) per forward GEMM, and 1.5 kernels per other forward
+kernel (its gradient plus gradient accumulation/casts on about half of them). Full recompute re-runs the
+forward inside the backward.
+
+Syncs: the dropless router needs each expert's token count on the host to size the grouped GEMM and
+the dispatch buffers, one sync per MoE layer forward (the backward reuses the counts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hapmoe_milp.config import ParallelConfig
+from hapmoe_milp.specs.model import LayerKind, ModelSpec
+
+ATTN_GQA = (7, 2)  # (kernels, of which GEMMs)
+ATTN_MLA = (15, 5)
+QK_NORM = 2
+DENSE_MLP = (5, 2)
+MOE_FIXED = (20, 1)  # plus 2 GEMMs per local expert
+SHARED_EXPERT = (4, 2)
+FLEX_FUSED = 5  # kernels the flex dispatcher folds into dispatch/combine
+SP_COLLECTIVES = 4
+ETP_COLLECTIVES = 2
+CP_PER_STEP = 3
+BWD_PER_GEMM = 2.0
+BWD_PER_OTHER = 1.5
+MTP_EXTRA = (6, 2)  # 2h->h projection, its norms, logits GEMM, cross-entropy
+
+
+@dataclass(frozen=True)
+class LayerKernels:
+    fwd: float
+    bwd: float
+    syncs_fwd: float
+    syncs_bwd: float
+
+
+def layer_kernels(
+    m: ModelSpec, cfg: ParallelConfig, kind: LayerKind, dispatcher: str, precision: str, recompute: str
+) -> LayerKernels:
+    is_moe = kind == "moe" or (kind == "mtp" and m.mtp_is_moe)
+    k, g = ATTN_MLA if m.multi_latent_attention else ATTN_GQA
+    if m.qk_layernorm and not m.multi_latent_attention:
+        k += QK_NORM
+    syncs = 0.0
+    if is_moe:
+        local = max(1, (m.num_experts or 1) // cfg.ep)
+        k += MOE_FIXED[0] + 2 * local - (FLEX_FUSED if dispatcher == "flex" else 0)
+        g += MOE_FIXED[1] + 2 * local
+        if m.moe_shared_expert_intermediate_size:
+            k += SHARED_EXPERT[0]
+            g += SHARED_EXPERT[1]
+        if cfg.etp > 1:
+            k += ETP_COLLECTIVES
+        syncs = 1.0
+    else:
+        k += DENSE_MLP[0]
+        g += DENSE_MLP[1]
+    if kind == "mtp":
+        k += MTP_EXTRA[0]
+        g += MTP_EXTRA[1]
+    if cfg.tp > 1:
+        k += SP_COLLECTIVES
+    if cfg.cp > 1:
+        k += CP_PER_STEP * (cfg.cp - 1)
+    if precision == "fp8":
+        k += g
+    bwd = BWD_PER_GEMM * g + BWD_PER_OTHER * (k - g)
+    syncs_b = 0.0
+    if recompute == "full":
+        bwd += k
+        syncs_b = syncs
+    return LayerKernels(fwd=float(k), bwd=float(bwd), syncs_fwd=syncs, syncs_bwd=syncs_b)

@@ -1,0 +1,203 @@
+"""The named runtime terms: each moves the prediction the way its physics says, and only through its
+own parameter (closed forms where there is one, directions where the term is a behaviour).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import replace
+
+import pytest
+
+from hapmoe_milp.config import ParallelConfig, Settings
+from hapmoe_milp.cost.kernels import layer_kernels
+from hapmoe_milp.cost.model import CostModel
+from hapmoe_milp.cost.primitives import distinct_groups, gemm_time
+from hapmoe_milp.errors import SpecError
+from hapmoe_milp.specs import Catalog
+from hapmoe_milp.specs._fields import Fields
+from hapmoe_milp.specs.runtime import PARAMS, RuntimeParams, runtime_from_fields
+
+CAT = Catalog(use_calibrated=False)
+H100 = CAT.device("h100")
+
+
+def with_rt(dev, **kw):
+    return replace(dev, runtime=replace(dev.runtime, **kw))
+
+
+# ------------------------------------------------------------------ grouped GEMM
+@pytest.mark.parametrize("rows", [64, 256, 1024, 4096])
+def test_halving_rows_per_expert_lowers_grouped_gemm_efficiency(rows):
+    """Same total work split over twice as many experts of half the rows: slower per FLOP."""
+    dev = with_rt(H100, grouped_rows_half=512.0)
+    n, k = 1536, 2048
+
+    def tflops(m: float, groups: int) -> float:
+        return 2 * m * n * k * groups / gemm_time(dev, m, n, k, "bf16", groups=groups) / 1e12
+
+    assert tflops(rows / 2, 64) < tflops(rows, 32)
+
+
+def test_grouped_gemm_factor_is_rows_over_rows_plus_half_when_compute_bound():
+    """Compute-bound (huge bandwidth): the grouped kernel runs at the dense efficiency of its total work
+    times m / (m + rows_half), so with rows_half = m it takes exactly twice the time."""
+    dev = replace(H100, memory_bandwidth_GBps=1e9)
+    m, n, k, g = 1024, 4096, 4096, 16
+    base = gemm_time(with_rt(dev, grouped_rows_half=0.0), m, n, k, "bf16", groups=g)
+    half = gemm_time(with_rt(dev, grouped_rows_half=float(m)), m, n, k, "bf16", groups=g)
+    assert half == pytest.approx(2 * base, rel=1e-12)
+    # a single dense GEMM ignores the grouped term
+    assert gemm_time(with_rt(dev, grouped_rows_half=float(m)), m, n, k) == gemm_time(dev, m, n, k)
+
+
+# ------------------------------------------------------------------ host and sync
+@pytest.mark.parametrize("kind", ["moe", "dense"])
+def test_host_overhead_is_launches_times_gap_plus_syncs(kind):
+    """A layer's time is its device work plus launch_us per kernel it issues and sync_us per sync."""
+    m = CAT.model("qwen3-30b-a3b" if kind == "moe" else "llama-2-7b")
+    c = CAT.cluster("8xh100")
+    cfg = ParallelConfig(tp=2, dp=4, ep=4 if kind == "moe" else 1)
+    from hapmoe_milp.calibration.fidelity import with_devices
+
+    def layer(launch: float, sync: float):
+        cc = with_devices(c, {"h100": with_rt(c.device("h100"), launch_us=launch, sync_us=sync)})
+        return CostModel(m, cc, Settings()).layer("h100", cfg, 1, kind, "none")
+
+    k = layer_kernels(m, cfg, kind, "alltoall", "bf16", "none")
+    base, more = layer(0.0, 0.0), layer(10.0, 40.0)
+    assert more.fwd - base.fwd == pytest.approx((10 * k.fwd + 40 * k.syncs_fwd) * 1e-6, rel=1e-9)
+    assert more.bwd - base.bwd == pytest.approx((10 * k.bwd + 40 * k.syncs_bwd) * 1e-6, rel=1e-9)
+    assert more.host == pytest.approx(more.fwd + more.bwd - base.fwd - base.bwd, rel=1e-9)
+
+
+def test_moe_layers_launch_more_kernels_than_dense_and_backward_more_than_forward():
+    m = CAT.model("qwen3-30b-a3b")
+    cfg = ParallelConfig(dp=8, ep=8)
+    moe = layer_kernels(m, cfg, "moe", "alltoall", "bf16", "none")
+    dense = layer_kernels(CAT.model("llama-2-7b"), ParallelConfig(dp=8), "dense", "alltoall", "bf16", "none")
+    assert moe.fwd > 2 * dense.fwd
+    assert moe.bwd > moe.fwd and dense.bwd > dense.fwd
+    assert moe.syncs_fwd == 1 and dense.syncs_fwd == 0 and moe.syncs_bwd == 0
+    # fewer local experts (more EP) -> fewer per-expert GEMM launches; full recompute re-runs the forward
+    assert (
+        layer_kernels(m, ParallelConfig(dp=8, ep=8), "moe", "alltoall", "bf16", "none").fwd
+        > layer_kernels(m, ParallelConfig(dp=16, ep=16), "moe", "alltoall", "bf16", "none").fwd
+    )
+    full = layer_kernels(m, cfg, "moe", "alltoall", "bf16", "full")
+    assert full.bwd == moe.bwd + moe.fwd and full.syncs_bwd == 1
+
+
+def per_token(model: str, cluster: str, seq: int, mbs: int, gbs: int, dev_rt: dict | None = None, **kn) -> float:
+    m, c = CAT.model(model), CAT.cluster(cluster)
+    if dev_rt is not None:
+        from hapmoe_milp.calibration.fidelity import with_devices
+
+        (did,) = c.device_types
+        c = with_devices(c, {did: with_rt(c.device(did), **dev_rt)})
+    from hapmoe_milp.cost.estimate import estimate
+    from hapmoe_milp.knobs import plan_from_knobs
+
+    st = Settings(
+        seq_length=seq, global_batch_size=gbs, micro_batch_size=mbs, dispatcher=kn.pop("dispatcher", "alltoall")
+    )
+    plan = plan_from_knobs(m, c, st, tp=kn.get("tp", 1), pp=kn.get("pp", 1), ep=kn.get("ep", 8), etp=1)
+    return estimate(m, c, plan, st).iteration_time_s / (gbs * seq)
+
+
+def test_more_micro_batches_of_fewer_tokens_cost_more_per_token():
+    """The same tokens in micro-batches of 1 sample instead of 4: every layer pays its launches, syncs
+    and dispatch latencies four times as often and its GEMMs run smaller."""
+    a = per_token("qwen3-30b-a3b", "16xh100", 4096, 1, 256, ep=16)
+    b = per_token("qwen3-30b-a3b", "16xh100", 4096, 4, 256, ep=16)
+    assert a > b
+    # and the gap is the runtime terms' doing: with them set to nothing it mostly closes
+    zero = {"launch_us": 0.0, "sync_us": 0.0, "ep_latency_us": 0.0, "grouped_rows_half": 0.0}
+    a0 = per_token("qwen3-30b-a3b", "16xh100", 4096, 1, 256, zero, ep=16)
+    b0 = per_token("qwen3-30b-a3b", "16xh100", 4096, 4, 256, zero, ep=16)
+    assert (a0 / b0) < (a / b)
+
+
+def test_longer_sequences_amortise_per_micro_batch_costs_for_fine_grained_moe():
+    """Qwen3-30B-A3B (128 experts of width 768) on 256 H100, same tokens per iteration: 16K-token
+    micro-batches beat 4K ones, because per-micro-batch, per-layer costs (launches, the router sync,
+    dispatch latency, short grouped GEMMs) outweigh the longer attention."""
+    t4 = per_token("qwen3-30b-a3b", "256xh100", 4096, 1, 1024, ep=8)
+    t16 = per_token("qwen3-30b-a3b", "256xh100", 16384, 1, 256, ep=8)
+    assert 1 / t16 > 1 / t4
+
+
+# ------------------------------------------------------------------ dispatch
+def test_distinct_groups_matches_exact_enumeration():
+    """E[distinct groups hit by k uniformly chosen experts], by enumerating every expert set."""
+    for e, k, g in [(8, 2, 4), (16, 4, 4), (12, 3, 2), (6, 6, 3), (16, 2, 16)]:
+        per = e // g
+        sets = list(itertools.combinations(range(e), k))
+        exact = sum(len({x // per for x in s}) for s in sets) / len(sets)
+        assert distinct_groups(e, k, g) == pytest.approx(exact, rel=1e-12)
+
+
+def test_flex_dispatch_moves_fewer_bytes_than_alltoall_across_nodes():
+    m = CAT.model("qwen3-30b-a3b")
+    c = CAT.cluster("16xh100")
+    same = with_rt(
+        c.device("h100"),
+        flex_intra_GBps=c.device("h100").runtime.a2a_intra_GBps,
+        flex_inter_GBps=c.device("h100").runtime.a2a_inter_GBps,
+    )
+    from hapmoe_milp.calibration.fidelity import with_devices
+
+    c = with_devices(c, {"h100": same})
+    cfg = ParallelConfig(dp=16, ep=16)
+    a2a = CostModel(m, c, Settings(dispatcher="alltoall")).layer("h100", cfg, 1, "moe", "none").ep
+    flex = CostModel(m, c, Settings(dispatcher="flex")).layer("h100", cfg, 1, "moe", "none").ep
+    assert flex < a2a
+
+
+# ------------------------------------------------------------------ overlap and sync
+def test_dp_overlap_share_scales_what_the_gradient_sync_can_hide_behind():
+    m, c = CAT.model("mixtral-8x7b"), CAT.cluster("64xh100")
+    cfg = ParallelConfig(tp=2, dp=32, ep=8)
+    for k in (0.0, 0.5, 1.0):
+        from hapmoe_milp.calibration.fidelity import with_devices
+
+        cc = with_devices(c, {"h100": with_rt(c.device("h100"), dp_overlap=k)})
+        cm = CostModel(m, cc, Settings())
+        lc = cm.layer("h100", cfg, 1, "moe", "none")
+        got = cm.exposed_sync("h100", lc.rs, lc.ag, lc.fwd, lc.bwd, lc.opt)
+        assert got == pytest.approx(max(0, lc.rs - k * lc.bwd) + max(0, lc.ag - k * lc.fwd) + lc.opt, rel=1e-12)
+
+
+def test_p2p_exposed_share_scales_pipeline_transfers():
+    m, c = CAT.model("mixtral-8x7b"), CAT.cluster("64xh100")
+    from hapmoe_milp.calibration.fidelity import with_devices
+
+    cfg = ParallelConfig(tp=2, dp=4, ep=8)
+    full = CostModel(m, c, Settings()).p2p("h100", cfg, 1, "h100", 8)
+    cc = with_devices(c, {"h100": with_rt(c.device("h100"), p2p_exposed=0.25)})
+    assert CostModel(m, cc, Settings()).p2p("h100", cfg, 1, "h100", 8) == pytest.approx(0.25 * full, rel=1e-12)
+
+
+# ------------------------------------------------------------------ the table section
+@pytest.mark.parametrize("p", PARAMS, ids=lambda p: p.name)
+def test_runtime_values_outside_their_physical_range_are_refused(p):
+    for bad in (p.lo - abs(p.lo) * 0.5 - 1e-3, p.hi * 2 + 1):
+        with pytest.raises(SpecError, match=p.name):
+            runtime_from_fields(Fields({p.name: bad}, "dev.yaml", "runtime"))
+    rt, unset = runtime_from_fields(Fields({p.name: p.lo}, "dev.yaml", "runtime"))
+    assert getattr(rt, p.name) == p.lo and p.name not in unset
+
+
+def test_shipped_tables_say_where_each_runtime_term_comes_from():
+    assert H100.runtime_basis("flex_inter_GBps") == "derived"
+    assert H100.runtime_basis("sync_us") == "assumed"
+    assert H100.runtime_basis("launch_us") == "derived"
+    assert CAT.device("h800").runtime_basis("flex_intra_GBps") == "source"
+    assert not H100.runtime_defaulted  # every term written by tools/derive_device_tables.py
+    assert math.isclose(H100.memory_bound_efficiency, H100.runtime.memory_efficiency)
+
+
+def test_roofline_runtime_has_no_host_or_latency_terms():
+    rt = RuntimeParams.roofline()
+    assert rt.launch_us == rt.sync_us == rt.ep_latency_us == rt.grouped_rows_half == 0.0
