@@ -80,12 +80,15 @@ class _Run:
     n_inst: int = 0
     batches: int = 0
     last_report: float = -1.0
+    phase: str = "build"  # "build" (queueing instances), "dp" (searching), "refine" (band-free pass)
 
     def out_of_time(self) -> bool:
         return self.clock.passed()
 
     def report(self, phase: str, done: int, total: int, force: bool = False) -> None:
-        if self.progress is None:
+        """A progress event: ``done`` of ``total`` units of the phase (instances queued, sub-problems
+        searched), at most every 0.2 s unless forced."""
+        if self.progress is None or total < 1:
             return
         now = time.perf_counter()
         if not force and now - self.last_report < 0.2:
@@ -269,6 +272,7 @@ def _search_queue(
             pos += 1
         if chunk and not _run(chunk, run, band=band, clock=clock):
             return False
+        run.report(run.phase, pos, len(idx))
     return True
 
 
@@ -277,9 +281,7 @@ def _run(subs: list[SubProblem], run: _Run, *, band: bool, clock: Clock) -> bool
     if batch is None:
         return False
     run.batches += 1
-    ok = run_batch(batch, run.best, run.counter, clock)
-    run.report("dp", run.batches, 0)
-    return ok
+    return run_batch(batch, run.best, run.counter, clock)
 
 
 def solve_dp(
@@ -330,10 +332,11 @@ def solve_dp(
             queued.append(inst.samples_per_mb)
         else:
             hetero_subs.extend(SubProblem(inst, tuple(o)) for o in groups(inst).values())
-        run.report("build", run.n_inst, 0)
+        run.report("build", run.n_inst, n_family[0])
         return True
 
     queued: list[int] = []
+    n_family = [0]  # instances of the family being queued (for progress)
 
     def flush() -> bool:
         """While there is no plan yet, search the most promising few sub-problems queued so far."""
@@ -386,6 +389,8 @@ def solve_dp(
         if todo is None:
             stopped = True
             break
+        run.phase = "build"
+        n_family[0] = run.n_inst + len(todo)
         for inst in todo:
             if run.out_of_time() or not take(inst):
                 stopped = True
@@ -395,6 +400,7 @@ def solve_dp(
             break
         # every megatron sub-problem, cheapest bound first, until the bound reaches the best plan; then
         # all hetero instances in one vectorised batch (each level extends every instance's states)
+        run.phase = "dp"
         if fam == "megatron" and queue.parts:
             stopped = not _search_queue(queue, queue.sorted_all(), run, band=True, clock=clock, skip=early)
             if not stopped and run.best.chain is None and refining:
@@ -404,10 +410,10 @@ def solve_dp(
                 megatron_free_done = not stopped
         if fam == "hetero" and hetero_subs:
             stopped = not _run(hetero_subs, run, band=True, clock=clock)
+            run.report("dp", len(hetero_subs), len(hetero_subs), force=True)
         if stopped:
             break
     complete = not stopped
-    run.report("dp", run.batches, run.batches, force=True)
 
     refined = False
     if complete and refining:
@@ -419,6 +425,7 @@ def solve_dp(
         spent = time.process_time() - c0
         refine = Clock(wall=clock.wall, cpu=time.process_time() + max(1.0, spent))
         ok = True
+        run.phase = "refine"
         if queue.parts and not megatron_free_done:
             ok = _search_queue(queue, queue.sorted_all(), run, band=False, clock=refine)
         if ok and hetero_subs:
@@ -426,8 +433,10 @@ def solve_dp(
         refined = ok
         if not ok:
             run.counter.add("refine_timeout")
-        run.report("refine", 1, 1, force=True)
-    return _solution(name, run, pr, complete, refined, time.perf_counter() - t0)
+    sol = _solution(name, run, pr, complete, refined, time.perf_counter() - t0)
+    n_done = max(1, run.n_inst)
+    run.report(run.phase, n_done, n_done, force=True)  # the last event carries the final best
+    return sol
 
 
 def _solution(name: str, run: _Run, pr: Pruning, complete: bool, refined: bool, wall: float) -> Solution:
