@@ -315,8 +315,8 @@ def solve_dp(
     early: set[int] = set()
 
     def take(inst: Instance) -> bool:
-        """Queue one instance's sub-problems. Until there is an incumbent, the most promising few of each
-        megatron instance are searched at once (a plan within milliseconds, as soon as one fits).
+        """Queue one instance's sub-problems (megatron: in the bound-ordered queue; hetero: one per group).
+        On a large cluster with no plan yet, each completed micro-batch step is searched early (``flush``).
         False if the clock ran out."""
         run.n_inst += 1
         if inst.vpp <= 1:
