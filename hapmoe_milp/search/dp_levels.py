@@ -164,18 +164,26 @@ def pareto_mask(key: np.ndarray, tot: np.ndarray, tm: np.ndarray, sm: np.ndarray
     j1 = np.maximum(np.arange(n) - 1, 0)
     sure |= has & (tm[j1] <= tm) & (sm[j1] <= sm) & (tot[j1] <= tot)
     keep[sure] = False
-    # 2. the rest of the (tot, tm)-dominated labels: compare with every earlier label of their key
-    idx = np.flatnonzero(dom2 & ~sure)
-    d = 1
-    while len(idx):
-        idx = idx[pos[idx] >= d]
-        if not len(idx):
-            break
-        j = idx - d
-        hit = (tm[j] <= tm[idx]) & (sm[j] <= sm[idx]) & (tot[j] <= tot[idx])
-        keep[idx[hit]] = False
-        idx = idx[~hit]
-        d += 1
+    # 2. the rest of the (tot, tm)-dominated labels: compare with the earlier labels of their key that
+    #    step 1 kept (if any label dominates one, a label of the front does, and the front was kept)
+    r = np.flatnonzero(keep)
+    unsure = (dom2 & ~sure)[r]
+    if unsure.any():
+        rk = key[r]
+        rstart = np.flatnonzero(np.r_[True, rk[1:] != rk[:-1]])
+        rpos = np.arange(len(r)) - np.repeat(rstart, np.diff(np.r_[rstart, len(r)]))
+        rt, rm, rs = tot[r], tm[r], sm[r]
+        idx = np.flatnonzero(unsure)
+        d = 1
+        while len(idx):
+            idx = idx[rpos[idx] >= d]
+            if not len(idx):
+                break
+            j = idx - d
+            hit = (rm[j] <= rm[idx]) & (rs[j] <= rs[idx]) & (rt[j] <= rt[idx])
+            keep[r[idx[hit]]] = False
+            idx = idx[~hit]
+            d += 1
     if eps <= 0:
         return keep, 0
     # eps-thinning among the exact front, against kept labels only (a sequential rule: iterate)
@@ -597,6 +605,23 @@ def _extend(
     key = _pack(cols, radix)
     if key is None:
         key = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].astype(np.int64).ravel()
+    # stage options that lead from the same state to the same next state: one no worse in both stage
+    # time and sync gives labels no worse than the other's, which need not be made at all
+    keep = _pair_front(S, key, tau, sync)
+    cnt.pareto += int((~keep).sum())
+    S, row, grp, s, typ, gsz, tau, sync = (
+        S[keep],
+        row[keep],
+        grp[keep],
+        s[keep],
+        typ[keep],
+        gsz[keep],
+        tau[keep],
+        sync[keep],
+    )
+    used2, rest_sum, rest_max, gkey, seen2, key = (
+        used2[keep], rest_sum[keep], rest_max[keep], gkey[keep], seen2[keep], key[keep]
+    )  # fmt: skip
     nl = l_cnt[S]
     bounds = np.r_[0, np.cumsum(nl)]
     acc: list[tuple[np.ndarray, ...]] = []
@@ -636,6 +661,27 @@ def _extend(
     head = np.r_[True, nk[1:] != nk[:-1]]
     fp = npair[np.flatnonzero(head)]
     return _Level(grp[fp], s[fp], used2[fp], typ[fp], gkey[fp], seen2[fp], np.cumsum(head) - 1, ntot, ntmx, nsmx, hid)
+
+
+def _pair_front(S: np.ndarray, key: np.ndarray, tau: np.ndarray, sync: np.ndarray) -> np.ndarray:
+    """Keep-mask of pairs not dominated in (tau, sync) by another pair of the same (state, next state);
+    of equal pairs the first is kept. The result keeps the pairs' original order."""
+    n = len(S)
+    if n <= 1:
+        return np.ones(n, dtype=bool)
+    order = np.lexsort((sync, tau, key, S))
+    gs, gk = S[order], key[order]
+    head = np.r_[True, (gs[1:] != gs[:-1]) | (gk[1:] != gk[:-1])]
+    grp = np.cumsum(head) - 1
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.argsort(sync[order], kind="stable")] = np.arange(n)
+    val = (grp[-1] - grp) * (n + 1) + rank  # later groups are smaller: running minima reset per group
+    run = np.minimum.accumulate(val)
+    before = np.r_[np.iinfo(np.int64).max, run[:-1]]  # least sync rank among earlier pairs of the group
+    dominated = ~head & (before - (grp[-1] - grp) * (n + 1) <= rank)
+    keep = np.ones(n, dtype=bool)
+    keep[order[dominated]] = False
+    return keep
 
 
 def _front(acc: list[tuple[np.ndarray, ...]], eps: float, counter: PruneCounter) -> tuple[np.ndarray, ...]:
