@@ -7,6 +7,7 @@ shows, under the argument's Python name (the CLI re-labels it with its flag).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -140,8 +141,11 @@ def solve(
     else:
         tries = [replace(st, optimizer_offload=bool(optimizer_offload))]
     last: Solution | None = None
+    t0 = time.perf_counter()
     for s in tries:
-        sol = _run_solver(m, c, s, solver, fam, pruning, limit, solver_options or {}, progress)
+        # one time limit for the whole solve: the optimizer-offload retry gets what the first try left
+        left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
+        sol = _run_solver(m, c, s, solver, fam, pruning, left, solver_options or {}, progress)
         last = sol
         if sol.plan is not None:
             out = finalize(sol, m, c, s)

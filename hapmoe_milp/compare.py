@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from hapmoe_milp.config import Settings
@@ -99,15 +100,23 @@ def _run(
     from hapmoe_milp.search import exact
     from hapmoe_milp.search.dp import solve_dp
 
+    # the exact solvers search plain 1F1B plans only (no VPP instances yet): compare on that space
+    plain = {"max_vpp": 1}
     if name == "dp":
-        return solve_dp(model, cluster, settings, family=family, pruning=Pruning(), time_limit=time_limit)
+        return solve_dp(model, cluster, settings, family=family, pruning=Pruning(**plain), time_limit=time_limit)
     if name == "dp-exact":
         work = dp_exact_work(model, cluster, settings, family)
         limit = float(options.get("dp_exact_max_work", DP_EXACT_MAX_WORK))
         if work > limit:
             return f"skipped: instance too large for the unpruned DP (~{work:.1e} transitions > {limit:.0e})"
         sol = solve_dp(
-            model, cluster, settings, family=family, pruning=Pruning.off(), time_limit=time_limit, name="dp-exact"
+            model,
+            cluster,
+            settings,
+            family=family,
+            pruning=replace(Pruning.off(), **plain),
+            time_limit=time_limit,
+            name="dp-exact",
         )
         return sol
     if name in ("cpsat", "milp", "auto"):

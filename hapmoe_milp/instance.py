@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+import numpy as np
 
 from hapmoe_milp.config import RECOMPUTE_LEVELS, Family, ParallelConfig, Settings
 from hapmoe_milp.cost.model import CostModel, LayerCost
@@ -25,18 +28,42 @@ ATTRS = ("fwd", "bwd", "weights", "act", "rs", "ag", "opt")
 
 @dataclass(frozen=True, eq=False)
 class Option:
+    """One stage option ``(device, TP, CP, DP, EP, ETP, recompute)`` at a micro-batch of ``b`` samples.
+
+    Its coefficients come from the cost model on first use (``per_kind``, ``first``, ``last``, ``fixed``;
+    the cost model memoises them): a large cluster has tens of thousands of options and the DP prices
+    only those its bounds cannot rule out.
+    """
+
     index: int
     device: str
     cfg: ParallelConfig
     recompute: str
     b: int  # samples per replica per micro-batch on this stage
-    per_kind: dict[LayerKind, LayerCost]
-    first: LayerCost
-    last: LayerCost
-    fixed: float
     capacity: float
-    prefix: dict[str, tuple[float, ...]]
     band: tuple[int, int]  # allowed layer counts (inclusive) under the layer-band rule
+    layer_kinds: tuple[LayerKind, ...]  # the model's layer sequence (shared, for the prefix sums)
+    cost_model: CostModel = field(repr=False, compare=False)
+
+    def kind_cost(self, kind: LayerKind) -> LayerCost:
+        """One layer of ``kind`` on this option (priced, and memoised, by the cost model)."""
+        return self.cost_model.layer(self.device, self.cfg, self.b, kind, self.recompute)  # type: ignore[arg-type]
+
+    @cached_property
+    def per_kind(self) -> dict[LayerKind, LayerCost]:
+        return {k: self.kind_cost(k) for k in sorted(set(self.layer_kinds))}
+
+    @cached_property
+    def first(self) -> LayerCost:
+        return self.cost_model.first_edge(self.device, self.cfg, self.b)
+
+    @cached_property
+    def last(self) -> LayerCost:
+        return self.cost_model.last_edge(self.device, self.cfg, self.b)
+
+    @cached_property
+    def fixed(self) -> float:
+        return self.cost_model.fixed_memory(self.device, self.cfg, self.b)
 
     @property
     def devices(self) -> int:
@@ -45,6 +72,18 @@ class Option:
     @property
     def shape(self) -> tuple[str, ParallelConfig]:
         return (self.device, self.cfg)
+
+    @cached_property
+    def prefix(self) -> dict[str, tuple[float, ...]]:
+        """Prefix sums of every coefficient over the layer sequence, built on first use: most options of a
+        large space are never priced layer by layer (the DP reads ``per_kind`` through arrays)."""
+        out: dict[str, tuple[float, ...]] = {}
+        for attr in ATTRS:
+            vals = [0.0]
+            for k in self.layer_kinds:
+                vals.append(vals[-1] + getattr(self.per_kind[k], attr))
+            out[attr] = tuple(vals)
+        return out
 
     def seg(self, attr: str, s: int, e: int) -> float:
         p = self.prefix[attr]
@@ -91,11 +130,29 @@ class Instance:
     def coefficients(self) -> tuple[float, float]:
         return pipeline_coefficients(self.num_microbatches, self.vpp)
 
-    def in_flight(self, from_end: int) -> float:
+    def in_flight(self, from_end: int, pp: int | None = None) -> float:
         """Micro-batches of activations held at peak by the ``from_end``-th stage counted from the last
-        (1 = last). Every solver reads the in-flight multiplier here, so the schedule's memory rule lives
-        in one place (:func:`hapmoe_milp.cost.pipeline.in_flight`)."""
-        return float(min(self.num_microbatches, from_end))
+        (1 = last), in units of the stage's whole layer set. Every solver reads the in-flight multiplier
+        here, so the schedule's memory rule lives in one place (:func:`hapmoe_milp.cost.pipeline.in_flight`).
+
+        Plain 1F1B needs only the distance from the end (``min(M, from_end)``). The interleaved schedule's
+        warm-up grows with the pipeline depth too (``2(k-1) + (v-1)P + 1`` chunks of ``1/v`` of the rank's
+        layers), so a ``vpp > 1`` instance needs ``pp``.
+        """
+        if self.vpp <= 1:
+            return float(min(self.num_microbatches, from_end))
+        if pp is None or not 1 <= from_end <= pp:
+            raise ValueError(f"interleaved in-flight count needs the pipeline depth (from_end={from_end}, pp={pp})")
+        return in_flight(pp - from_end, pp, self.num_microbatches, self.vpp)
+
+    def vpp_depths(self) -> tuple[int, ...]:
+        """Pipeline depths an interleaved (``vpp > 1``) plan of this instance may have: Megatron needs
+        ``P > 1`` and ``M % P == 0`` (its default micro-batch group is ``P``), and every virtual chunk gets
+        at least one layer (``P * vpp <= layers``). Empty for ``vpp == 1``."""
+        if self.vpp <= 1:
+            return ()
+        n, m = self.num_layers, self.num_microbatches
+        return tuple(p for p in range(2, n // self.vpp + 1) if m % p == 0)
 
     @property
     def inventory(self) -> dict[str, int]:
@@ -113,8 +170,11 @@ class Instance:
     def p2p(self, src: Option, dst_device: str, dst_devices: int) -> float:
         return self.cost_model.p2p(src.device, src.cfg, src.b, dst_device, dst_devices)
 
-    def evaluate(self, opt: Option, s: int, e: int, *, from_end: int, first: bool, p2p: float = 0.0) -> StageEval:
-        """Cost of layers [s, e) on option ``opt`` as the ``from_end``-th stage counted from the last (1 = last)."""
+    def evaluate(
+        self, opt: Option, s: int, e: int, *, from_end: int, first: bool, p2p: float = 0.0, pp: int | None = None
+    ) -> StageEval:
+        """Cost of layers [s, e) on option ``opt`` as the ``from_end``-th stage counted from the last (1 = last);
+        ``pp`` (the pipeline depth) is needed for interleaved instances (see :meth:`in_flight`)."""
         last = from_end == 1
         fwd = opt.seg("fwd", s, e)
         bwd = opt.seg("bwd", s, e)
@@ -134,7 +194,7 @@ class Instance:
                 ag += edge.ag
                 op += edge.opt
                 fixed += edge.work
-        infl = self.in_flight(from_end)
+        infl = self.in_flight(from_end, pp)
         y = self.cost_model.exposed_sync(opt.device, rs, ag, fwd, bwd, op)
         return StageEval(fwd, bwd, p2p, fwd + bwd + 2 * p2p, w + infl * a + fixed, y)
 
@@ -161,12 +221,13 @@ def _assign_bands(
     else:
         w: dict[str, float] = {}
         for o in opts:
-            lc = o.per_kind[main]
+            lc = o.kind_cost(main)
             w[o.device] = min(w.get(o.device, float("inf")), (lc.fwd + lc.bwd) * o.devices)
         speed = sum(m / w[t] for t, m in cluster.inventory.items() if t in w and w[t] > 0)
         shares = {}
         for o in opts:
-            tau = o.per_kind[main].fwd + o.per_kind[main].bwd
+            lc = o.kind_cost(main)
+            tau = lc.fwd + lc.bwd
             shares[id(o)] = n * (1.0 / tau) / speed if tau > 0 and speed > 0 else n
     for o in opts:
         share = shares[id(o)]
@@ -193,6 +254,25 @@ def _dominated(a: Option, b: Option, kinds: list[LayerKind]) -> bool:
     return a.cfg.tp * a.cfg.cp <= b.cfg.tp * b.cfg.cp
 
 
+def _dominated_in(grp: list[Option], kinds: list[LayerKind]) -> np.ndarray:
+    """Which options of ``grp`` another one can replace (:func:`_dominated`, all pairs at once); of
+    options equal in every coefficient the first is kept."""
+    vec = np.array(
+        [
+            [getattr(o.per_kind[k], a) for k in kinds for a in ATTRS]
+            + [getattr(e, a) for e in (o.first, o.last) for a in (*ATTRS, "work")]
+            + [o.fixed]
+            for o in grp
+        ]
+    )
+    tpcp = np.array([o.cfg.tp * o.cfg.cp for o in grp])
+    # dom[i, j]: option i is no better than option j in every coefficient (j can replace i)
+    dom = (vec[:, None, :] >= vec[None, :, :]).all(axis=2) & (tpcp[:, None] <= tpcp[None, :])
+    n = len(grp)
+    later = np.arange(n)[None, :] > np.arange(n)[:, None]
+    return (dom & ~np.eye(n, dtype=bool) & ~(dom.T & later)).any(axis=1)
+
+
 def build_options(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -201,20 +281,28 @@ def build_options(
     samples_per_mb: int,
     pruning: Pruning,
     counter: PruneCounter,
+    config_cache: dict[tuple[int, int], list[ParallelConfig]] | None = None,
 ) -> list[Option]:
     st = cm.settings
     kinds_seq = model.layer_kinds
     kinds = sorted(set(kinds_seq))
     n = len(kinds_seq)
+    cache = config_cache if config_cache is not None else {}
     opts: list[Option] = []
     large = family == "hetero" and 0 < pruning.large_cluster < cluster.world_size
+    # FlagScale expresses per-stage recompute only as none/full (per stage and micro-batch)
+    levels = RECOMPUTE_LEVELS if family == "megatron" else ("none", "full")
     for did in cluster.device_types:
         node = cluster.node_size(did)
+        cap = cm.capacity(did)
         for g in stage_sizes(cluster, did):
             if large and g < node:
                 counter.add("large_cluster")
                 continue
-            for cfg in configs(model, g, node, st.seq_length):
+            cfgs = cache.get((g, node))
+            if cfgs is None:
+                cfgs = cache[(g, node)] = configs(model, g, node, st.seq_length)
+            for cfg in cfgs:
                 if samples_per_mb % cfg.dp:
                     continue
                 if family == "megatron" and cfg.dp * st.micro_batch_size != samples_per_mb:
@@ -223,35 +311,8 @@ def build_options(
                     continue  # FlagScale's heterogeneous ParallelContext rejects context parallelism
                 b = samples_per_mb // cfg.dp
                 band = (1, n)  # narrowed below when the layer-band rule is on
-                first = cm.first_edge(did, cfg, b)
-                last = cm.last_edge(did, cfg, b)
-                fixed = cm.fixed_memory(did, cfg, b)
-                # FlagScale expresses per-stage recompute only as none/full (per stage and micro-batch)
-                levels = RECOMPUTE_LEVELS if family == "megatron" else ("none", "full")
                 for r in levels:
-                    per_kind = {k: cm.layer(did, cfg, b, k, r) for k in kinds}  # type: ignore[arg-type]
-                    prefix: dict[str, tuple[float, ...]] = {}
-                    for attr in ATTRS:
-                        vals = [0.0]
-                        for k in kinds_seq:
-                            vals.append(vals[-1] + getattr(per_kind[k], attr))
-                        prefix[attr] = tuple(vals)
-                    opts.append(
-                        Option(
-                            index=-1,
-                            device=did,
-                            cfg=cfg,
-                            recompute=r,
-                            b=b,
-                            per_kind=per_kind,
-                            first=first,
-                            last=last,
-                            fixed=fixed,
-                            capacity=cm.capacity(did),
-                            prefix=prefix,
-                            band=band,
-                        )
-                    )
+                    opts.append(Option(-1, did, cfg, r, b, cap, band, kinds_seq, cm))
     if pruning.layer_band and opts:
         by_peak = 0 < pruning.large_cluster < cluster.world_size
         _assign_bands(opts, model, cluster, pruning.delta, counter, by_peak)
@@ -261,14 +322,9 @@ def build_options(
         for o in opts:
             groups.setdefault((o.device, o.devices, o.cfg.cp, o.cfg.ep > 1, o.cfg.dp, o.recompute), []).append(o)
         for grp in groups.values():
-            for i, o in enumerate(grp):
-                if any(
-                    j != i and _dominated(o, p, kinds) and not (_dominated(p, o, kinds) and j > i)
-                    for j, p in enumerate(grp)
-                ):
-                    counter.add("dominance")
-                else:
-                    keep.append(o)
+            dropped = _dominated_in(grp, kinds)
+            counter.add("dominance", int(dropped.sum()))
+            keep.extend(o for o, d in zip(grp, dropped, strict=True) if not d)
         opts = keep
     if large and pruning.large_cluster_top_k > 0:
         # per (device, size, CP, EP on/off, DP, recompute): the options on the (time, memory) front of
@@ -282,14 +338,14 @@ def build_options(
             scored = sorted(
                 grp,
                 key=lambda o: (
-                    o.per_kind[main].fwd + o.per_kind[main].bwd,
-                    o.per_kind[main].weights + o.per_kind[main].act,
+                    o.kind_cost(main).fwd + o.kind_cost(main).bwd,
+                    o.kind_cost(main).weights + o.kind_cost(main).act,
                 ),
             )
             front: list[Option] = []
             best_mem = float("inf")
             for o in scored:
-                mem = o.per_kind[main].weights + o.per_kind[main].act
+                mem = o.kind_cost(main).weights + o.kind_cost(main).act
                 if mem < best_mem:
                     front.append(o)
                     best_mem = mem
@@ -304,13 +360,23 @@ def build_options(
     return out
 
 
-def micro_batch_steps(model: ModelSpec, cluster: ClusterSpec, settings: Settings, family: Family) -> list[int]:
+def micro_batch_steps(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    settings: Settings,
+    family: Family,
+    config_cache: dict[tuple[int, int], list[ParallelConfig]] | None = None,
+) -> list[int]:
     """Samples per pipeline micro-batch step ``mbs * dp_0`` that divide the global batch."""
+    cache = config_cache if config_cache is not None else {}
     dps: set[int] = set()
     for did in cluster.device_types:
         node = cluster.node_size(did)
         for g in stage_sizes(cluster, did):
-            for cfg in configs(model, g, node, settings.seq_length):
+            cfgs = cache.get((g, node))
+            if cfgs is None:
+                cfgs = cache[(g, node)] = configs(model, g, node, settings.seq_length)
+            for cfg in cfgs:
                 dps.add(cfg.dp)
     out = []
     for dp in sorted(dps):
@@ -327,15 +393,27 @@ def build_instances(
     family: Family,
     pruning: Pruning | None = None,
     cost_model: CostModel | None = None,
+    *,
+    max_vpp: int = 1,
 ) -> Iterator[Instance]:
+    """The instances of one family, one per micro-batch step.
+
+    With ``max_vpp > 1`` the megatron family also yields, after each step's plain instance, interleaved
+    instances (``vpp`` = 2..max_vpp) over the same options: the layer costs do not depend on the schedule,
+    only the pipeline coefficients and the in-flight rule do. Only instances with a valid depth
+    (:meth:`Instance.vpp_depths`) and a layer sequence whose interleaved chunks price like the stage's
+    contiguous range (:func:`vpp_lead`) are yielded.
+    """
     pr = pruning or Pruning()
     cm = cost_model or CostModel(model, cluster, settings)
-    for step in micro_batch_steps(model, cluster, settings, family):
+    cache: dict[tuple[int, int], list[ParallelConfig]] = {}
+    lead = vpp_lead(model)
+    for step in micro_batch_steps(model, cluster, settings, family, cache):
         counter = PruneCounter()
-        opts = build_options(model, cluster, cm, family, step, pr, counter)
+        opts = build_options(model, cluster, cm, family, step, pr, counter, cache)
         if not opts:
             continue
-        yield Instance(
+        base = Instance(
             model=model,
             cluster=cluster,
             settings=settings,
@@ -347,6 +425,35 @@ def build_instances(
             pruning=pr,
             counter=counter,
         )
+        yield base
+        if family != "megatron" or lead is None:
+            continue
+        for v in range(2, max_vpp + 1):
+            inst = replace(base, vpp=v, counter=PruneCounter())
+            if inst.vpp_depths():
+                yield inst
+
+
+def vpp_lead(model: ModelSpec) -> int | None:
+    """How many leading decoder layers differ in kind from the rest, if interleaving may be searched.
+
+    The cost model prices a stage from the kinds of its contiguous layer range ``[s, e)``; under an
+    interleaved schedule the rank really holds ``vpp`` chunks spread over the model (the canonical
+    chunking, :func:`hapmoe_milp.export.common.plan_chunks`). The two agree when the decoder layers are
+    one kind after a leading block of ``a`` layers that fits in the first rank's first chunk (then MTP
+    layers, always in the last rank's last chunk): e.g. DeepSeek-V3's 3 dense layers, ``a = 3``. Returns
+    ``a`` (0 for a uniform model), or None when the pattern is more mixed (no interleaving searched).
+    """
+    dec = [k for k in model.layer_kinds if k != "mtp"]
+    if not dec:
+        return None
+    tail = dec[-1]
+    a = len(dec)
+    while a > 0 and dec[a - 1] == tail:
+        a -= 1
+    if a and len(set(dec[:a])) > 1:
+        return None
+    return a
 
 
 def group_key(o: Option, family: Family) -> tuple:
@@ -399,4 +506,5 @@ __all__ = [
     "in_flight",
     "in_group",
     "micro_batch_steps",
+    "vpp_lead",
 ]

@@ -25,7 +25,8 @@ class Pruning:
       the cluster's compute, ``n_hat = N * g * P_h / sum_t(m_t * P_t)`` (generalised to several stages
       per type, reference/papers.md §13.3).
       With ``band_refine`` the DP then searches once more without the band, bounded by the plan found
-      and by as much time again as the first pass took (clusters up to ``large_cluster`` devices).
+      and by as much CPU time again as the first pass took, at least a second (clusters up to
+      ``large_cluster`` devices).
     - ``min_recompute``: take the cheapest recompute level that fits memory; never a costlier one.
     - ``cross_type_comm``: drop a cross-type boundary whose p2p exceeds ``eta`` x the stage's compute.
     - ``ep_within_type``: EP groups never span device types. Structural in this space (a stage is one
@@ -37,6 +38,10 @@ class Pruning:
     - ``large_cluster``: above this many devices the hetero family uses whole-node stages of one size
       per device type (0 = never), keeping per stage shape at most ``large_cluster_top_k`` options on the
       time/memory front of the dominant layer kind; the per-stage space grows too fast otherwise.
+
+    Not a pruning rule but a bound of the space: ``max_vpp`` is the most virtual pipeline chunks per stage
+    (Megatron's interleaved 1F1B) the megatron family searches; 1 searches plain 1F1B only. It stays in
+    :meth:`off`, which is exact over the space it describes.
     """
 
     layer_band: bool = True
@@ -52,6 +57,7 @@ class Pruning:
     pareto_eps: float = 0.002
     large_cluster: int = 64
     large_cluster_top_k: int = 4
+    max_vpp: int = 8
 
     @classmethod
     def off(cls) -> Pruning:

@@ -186,9 +186,12 @@ def test_progress_callback_reports_instances():
     events = []
     sol = solve("mixtral-s", "16-1-h", time_limit=30, progress=events.append)
     assert sol.plan is not None and events
-    assert all(e.phase == "dp" and 1 <= e.done <= e.total for e in events)
+    # the DP reports its phases (ProgressEvent's "build", "dp", "refine"), each counting its own units
+    assert all(e.phase in ("build", "dp", "refine") and 1 <= e.done <= e.total for e in events)
     assert events[-1].best_s == pytest.approx(sol.objective_s)
-    assert [e.done for e in events] == sorted(e.done for e in events)
+    for phase in {e.phase for e in events}:
+        done = [e.done for e in events if e.phase == phase]
+        assert done == sorted(done)
 
 
 def test_progress_on_a_terminal_goes_to_stderr_only(monkeypatch, capsys):
@@ -201,7 +204,7 @@ def test_progress_on_a_terminal_goes_to_stderr_only(monkeypatch, capsys):
 
 
 def test_timeout_says_how_to_give_more_time(capsys):
-    code, out, err = _in_process(["solve", "-m", "mixtral-l", "-c", "32-2", "--time-limit", "0.3"], capsys)
+    code, out, err = _in_process(["solve", "-m", "mixtral-l", "-c", "32-2", "--time-limit", "0.02"], capsys)
     assert "Traceback" not in err
     if code == 0:  # a plan was found before the limit: the note says the search was cut short
         assert "note:" in err and "--time-limit" in err and out

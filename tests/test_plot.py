@@ -28,11 +28,11 @@ def test_simulated_schedule_matches_the_estimate(hetero):
     est = estimate_plan(m, c, plan, simulate=True)
     assert sched.iteration_time_s == pytest.approx(est.iteration_time_s, rel=1e-9)
     assert sched.timeline.makespan == pytest.approx(est.pipeline_s, rel=1e-9)
-    # every stage runs each micro-batch forward and backward once
-    M = plan.num_microbatches
+    # every stage runs each micro-batch forward and backward once per virtual chunk
+    M, v = plan.num_microbatches, max(1, plan.vpp)
     for ops in sched.timeline.ops:
-        assert sorted((k, mb) for k, mb, *_ in ops) == sorted(
-            [("F", i) for i in range(M)] + [("B", i) for i in range(M)]
+        assert sorted((k, mb, c) for k, mb, c, *_ in ops) == sorted(
+            [(k, i, c) for k in "FB" for i in range(M) for c in range(v)]
         )
     assert all(0 < b <= 1 for b in sched.busy_fraction)
 

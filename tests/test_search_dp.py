@@ -9,6 +9,8 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,14 +19,39 @@ from hypothesis import strategies as st
 from hapmoe_milp.config import Settings
 from hapmoe_milp.cost.estimate import estimate
 from hapmoe_milp.errors import PlanError
+from hapmoe_milp.export.common import plan_chunks
 from hapmoe_milp.instance import build_instances, group_keys, in_group
 from hapmoe_milp.plan import Plan, Stage, check_plan
 from hapmoe_milp.search.dp import solve_dp
+from hapmoe_milp.search.dp_reference import solve_dp_reference
 from hapmoe_milp.space import Pruning
 from tests.conftest import tiny_cluster, tiny_model
 
 
-def brute_force(model, cluster, st: Settings, family: str) -> float:
+def lead_block(model) -> int | None:
+    """Leading decoder layers of another kind than the rest (None: more mixed than one leading block)."""
+    dec = [k for k in model.layer_kinds if k != "mtp"]
+    rest = len(dec)
+    while rest and dec[rest - 1] == dec[-1]:
+        rest -= 1
+    return rest if len(set(dec[:rest])) <= 1 else None
+
+
+def interleavable(model, counts: list[int], v: int, m: int) -> bool:
+    """The interleaved plans the DP searches (its docstrings state the rule): Megatron's ``P > 1`` and
+    ``M % P == 0``, a layer in every virtual chunk (the last rank also fits its MTP layers after ``v - 1``
+    decoder layers), and a layer sequence whose chunks price like the stage's contiguous range."""
+    p = len(counts)
+    lead = lead_block(model)
+    mtp = sum(1 for k in model.layer_kinds if k == "mtp")
+    if p < 2 or m % p or lead is None:
+        return False
+    if any(c < v for c in counts) or counts[-1] < v + max(0, mtp - 1):
+        return False
+    return -(-counts[0] // v) >= lead
+
+
+def brute_force(model, cluster, st: Settings, family: str, max_vpp: int = 8) -> float:
     best = math.inf
     n = len(model.layer_kinds)
     fams = ["megatron", "hetero"] if family == "both" else [family]
@@ -35,6 +62,14 @@ def brute_force(model, cluster, st: Settings, family: str) -> float:
                 for p in range(1, n + 1):
                     for cuts in itertools.combinations(range(1, n), p - 1):
                         bounds = (0, *cuts, n)
+                        counts = [bounds[i + 1] - bounds[i] for i in range(p)]
+                        vpps = [1]
+                        if fam == "megatron":
+                            vpps += [
+                                v
+                                for v in range(2, max_vpp + 1)
+                                if interleavable(model, counts, v, inst.num_microbatches)
+                            ]
                         for combo in itertools.product(opts, repeat=p):
                             if combo[0].cfg.dp != inst.first_dp:
                                 continue
@@ -47,23 +82,25 @@ def brute_force(model, cluster, st: Settings, family: str) -> float:
                                 Stage(o.device, o.cfg, bounds[i], bounds[i + 1], o.recompute)  # type: ignore[arg-type]
                                 for i, o in enumerate(combo)
                             )
-                            plan = Plan(
-                                model.name,
-                                cluster.name,
-                                fam,
-                                stages,
-                                st.global_batch_size,
-                                st.seq_length,
-                                st.micro_batch_size,
-                                dispatcher=st.dispatcher,
-                            )  # type: ignore[arg-type]
-                            try:
-                                check_plan(plan, model, cluster)
-                            except PlanError:
-                                continue  # outside the space: non-contiguous types, straddled nodes, ...
-                            e = estimate(model, cluster, plan, st)
-                            if e.fits and e.iteration_time_s < best:
-                                best = e.iteration_time_s
+                            for vpp in vpps:
+                                plan = Plan(
+                                    model.name,
+                                    cluster.name,
+                                    fam,
+                                    stages,
+                                    st.global_batch_size,
+                                    st.seq_length,
+                                    st.micro_batch_size,
+                                    vpp=vpp,
+                                    dispatcher=st.dispatcher,
+                                )  # type: ignore[arg-type]
+                                try:
+                                    check_plan(plan, model, cluster)
+                                except PlanError:
+                                    break  # outside the space: non-contiguous types, straddled nodes, ...
+                                e = estimate(model, cluster, plan, st)
+                                if e.fits and e.iteration_time_s < best:
+                                    best = e.iteration_time_s
     return best
 
 
@@ -112,6 +149,113 @@ def test_dp_unpruned_equals_brute_force_random(catalog, pattern, n_a, n_b, mem, 
         assert sol.plan is None
     else:
         assert sol.objective_s == pytest.approx(expected, rel=1e-9)
+
+
+# ------------------------------------------------------------------------------------------ interleaved (VPP)
+VPP_CASES = [
+    # (layer pattern, MTP layers, cluster, global batch): a leading dense layer, MTP, tight memory
+    ((0, 1, 1, 1, 1), 0, [("a100", 2, 2.4), ("v100", 2, None)], 8),
+    ((0, 1, 1, 1, 1, 1), 0, [("h800", 2, 2.2), ("910b", 2, 2.5)], 8),
+    ((1, 1, 1, 1, 1), 1, [("h800", 2, None), ("910b", 2, None)], 4),
+    ((1, 1, 1, 1), 0, [("h800", 2, None), ("910b", 2, None)], 8),
+]
+
+
+@pytest.fixture(scope="module")
+def vpp_results(catalog):
+    out = []
+    for pattern, mtp, spec, gbs in VPP_CASES:
+        model = tiny_model(pattern, mtp=mtp)
+        cluster = tiny_cluster(catalog, spec)
+        st = Settings(seq_length=1024, global_batch_size=gbs, micro_batch_size=1, dispatcher="alltoall")
+        sol = solve_dp(model, cluster, st, family="megatron", pruning=Pruning.off())
+        out.append((model, cluster, st, sol))
+    return out
+
+
+@pytest.mark.parametrize("i", range(len(VPP_CASES)))
+def test_dp_with_vpp_equals_brute_force(vpp_results, i):
+    model, cluster, st, sol = vpp_results[i]
+    expected = brute_force(model, cluster, st, "megatron")
+    assert sol.status == "optimal"
+    assert sol.objective_s == pytest.approx(expected, rel=1e-9)
+    check_plan(sol.plan, model, cluster)
+    assert estimate(model, cluster, sol.plan, st).iteration_time_s == pytest.approx(sol.objective_s, rel=1e-9)
+
+
+def test_interleaved_plans_win_where_memory_allows(vpp_results):
+    """Interleaving divides the bubble, so with memory to spare the optimum uses it (this is what makes
+    the cases above exercise the VPP path, not just the plain one)."""
+    vpps = [sol.plan.vpp for *_, sol in vpp_results]
+    assert max(vpps) > 1
+    for *_, sol in vpp_results:
+        p = sol.plan
+        if p.vpp > 1:
+            assert p.pp > 1 and p.num_microbatches % p.pp == 0
+            assert min(p.layer_counts()) >= p.vpp
+
+
+def test_interleaved_chunks_price_like_contiguous_stages(vpp_results, catalog):
+    """A VPP plan is priced from each stage's contiguous layer range; Megatron runs the canonical chunks
+    of the exported layout instead. On the plans the DP emits, both hold the same layer kinds per rank
+    (counted here from ``plan_chunks``, the exporter's chunking)."""
+    model = tiny_model((0, 0, 1, 1, 1, 1, 1, 1), mtp=1)
+    cluster = tiny_cluster(catalog, [("h800", 2, None), ("910b", 2, None)])
+    st = Settings(seq_length=1024, global_batch_size=8, micro_batch_size=1, dispatcher="alltoall")
+    sol = solve_dp(model, cluster, st, family="megatron")
+    plans = [sol.plan] + [r[3].plan for r in vpp_results]
+    models = [model] + [r[0] for r in vpp_results]
+    checked = 0
+    for m, p in zip(models, plans, strict=True):
+        if p.vpp <= 1:
+            continue
+        checked += 1
+        chunks = plan_chunks(p, m)
+        dec = [k for k in m.layer_kinds if k != "mtp"]
+        real = [Counter() for _ in range(p.pp)]
+        pos = 0
+        for v in range(p.vpp):
+            for r in range(p.pp):
+                c = chunks[r][v]
+                real[r].update(dec[pos : pos + c.decoder])
+                real[r]["mtp"] += c.mtp
+                pos += c.decoder
+        for r, stage in enumerate(p.stages):
+            want = Counter(m.layer_kinds[stage.layer_start : stage.layer_end])
+            assert +real[r] == want, (r, real[r], want)
+    assert checked >= 2
+
+
+# ------------------------------------------------------------------------------------------ the reference DP
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    pattern=st.lists(st.integers(0, 1), min_size=3, max_size=8).filter(any),
+    n_a=st.sampled_from([2, 4]),
+    n_b=st.sampled_from([2, 4]),
+    mem=st.sampled_from([None, 3.0, 6.0]),
+    pair=st.sampled_from([("h800", "910b"), ("a100", "mi300x"), ("h100", "a40")]),
+    off=st.booleans(),
+)
+def test_fast_dp_matches_the_reference_dp(catalog, pattern, n_a, n_b, mem, pair, off):
+    """Same space, same switches: the vectorised core finds the reference's objective (or, where the
+    reference's approximations cut a plan the core keeps, a better one; with every switch off, equal)."""
+    model = tiny_model(tuple(pattern), hidden=1024, heads=8)
+    cluster = tiny_cluster(catalog, [(pair[0], n_a, mem), (pair[1], n_b, None)])
+    st = Settings(seq_length=2048, global_batch_size=16, micro_batch_size=1, dispatcher="alltoall")
+    pr = replace(Pruning.off() if off else Pruning(), max_vpp=1)
+    ref = solve_dp_reference(model, cluster, st, pruning=pr)
+    new = solve_dp(model, cluster, st, pruning=pr)
+    if ref.plan is None:
+        assert new.plan is None and new.status == ref.status
+        return
+    if off:
+        assert new.objective_s == pytest.approx(ref.objective_s, rel=1e-9)
+        assert new.status == ref.status == "optimal"
+    else:
+        assert new.objective_s <= ref.objective_s * (1 + 1e-9)
+    assert estimate(model, cluster, new.plan, st).iteration_time_s == pytest.approx(new.objective_s, rel=1e-9)
 
 
 # ------------------------------------------------------------------------------------------ pruning rules
@@ -211,3 +355,65 @@ def test_random_seeds_are_deterministic(catalog):
     a = solve_dp(model, cluster, st)
     b = solve_dp(model, cluster, st)
     assert a.plan == b.plan and a.objective_s == b.objective_s
+
+
+# ------------------------------------------------------------------------------------------ status and clock
+def test_status_says_how_far_the_plan_is_proven(hetero_case):
+    """optimal: the search completed and no rule that can cut the optimum fired (the bound is the
+    objective); feasible: such a rule fired (named in cut_by); timeout: the clock stopped it."""
+    model, cluster, st, exact = hetero_case
+    assert exact.status == "optimal" and exact.stats["cut_by"] == []
+    assert exact.bound_s == exact.objective_s
+    pruned = solve_dp(model, cluster, st, family="hetero", pruning=Pruning(layer_band=False, min_recompute=True))
+    assert pruned.stats["cut_by"]
+    assert all(pruned.pruned.get(r, 0) > 0 for r in pruned.stats["cut_by"])
+    assert pruned.status == "feasible" and math.isnan(pruned.bound_s)
+    late = solve_dp(model, cluster, st, family="hetero", time_limit=1e-9)
+    assert late.status == "timeout" and late.stats.get("stopped_by", "time") == "time"
+
+
+def test_switches_that_cut_nothing_keep_the_proof(catalog):
+    """Pruning switches that fire on nothing leave the answer proven optimal: e.g. a stage cap above the
+    layer count, or the band when the refinement pass completes."""
+    model = tiny_model((1, 1, 1))
+    cluster = tiny_cluster(catalog, [("h800", 2, None)])
+    st = Settings(seq_length=1024, global_batch_size=4, micro_batch_size=1, dispatcher="alltoall")
+    pr = replace(Pruning.off(), max_stages=16)
+    sol = solve_dp(model, cluster, st, pruning=pr)
+    ref = solve_dp(model, cluster, st, pruning=Pruning.off())
+    assert sol.status == "optimal" and sol.objective_s == pytest.approx(ref.objective_s, rel=1e-12)
+
+
+def test_progress_is_reported_and_only_improves(hetero_case):
+    model, cluster, st, _ = hetero_case
+    events = []
+    sol = solve_dp(model, cluster, st, progress=events.append)
+    assert events and {e.phase for e in events} <= {"build", "dp", "refine"}
+    assert "dp" in {e.phase for e in events}
+    bests = [e.best_s for e in events]
+    assert all(a >= b for a, b in itertools.pairwise(bests))
+    assert bests[-1] == pytest.approx(sol.objective_s, rel=1e-12)
+    assert all(e.elapsed_s >= 0 for e in events)
+
+
+def test_interleaved_in_flight_is_the_cost_models_rule(catalog):
+    """The instance's in-flight count is cost.pipeline.in_flight, and an interleaved one needs the depth."""
+    from hapmoe_milp.cost.pipeline import in_flight
+
+    model = tiny_model((1, 1, 1, 1, 1, 1, 1, 1))
+    cluster = tiny_cluster(catalog, [("h800", 4, None)])
+    st = Settings(seq_length=1024, global_batch_size=16, micro_batch_size=1, dispatcher="alltoall")
+    insts = list(build_instances(model, cluster, st, "megatron", Pruning(), max_vpp=3))
+    plain = [i for i in insts if i.vpp == 1]
+    inter = [i for i in insts if i.vpp > 1]
+    assert plain and inter
+    for i in plain:
+        assert [i.in_flight(k) for k in (1, 2, 5)] == [min(i.num_microbatches, k) for k in (1, 2, 5)]
+    for i in inter:
+        assert i.vpp_depths() and all(i.num_microbatches % p == 0 and p * i.vpp <= 8 for p in i.vpp_depths())
+        with pytest.raises(ValueError):
+            i.in_flight(1)
+        for p in i.vpp_depths():
+            for k in range(1, p + 1):
+                assert i.in_flight(k, p) == in_flight(p - k, p, i.num_microbatches, i.vpp)
+        assert i.options is plain[0].options or any(i.options is j.options for j in plain)

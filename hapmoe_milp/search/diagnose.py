@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from hapmoe_milp.config import Family, Settings
 from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.cost.primitives import GIB
@@ -34,6 +36,10 @@ def diagnose(model: ModelSpec, cluster: ClusterSpec, settings: Settings, familie
     total = cluster.world_size
     worst: tuple[float, str] | None = None
     any_option = False
+    kinds = model.layer_kinds
+    kind_set = sorted(set(kinds))
+    # layers of each kind in [0, x): a window's memory is its kind counts times the per-kind bytes
+    count = np.array([[0, *np.cumsum([1 if x == k else 0 for x in kinds])] for k in kind_set])
     for fam in families:
         for step in steps:
             if step > total * settings.micro_batch_size:
@@ -42,12 +48,10 @@ def diagnose(model: ModelSpec, cluster: ClusterSpec, settings: Settings, familie
             for o in opts:
                 any_option = True
                 share = max(1, math.ceil(n_layers * o.devices / total))
-                kinds = model.layer_kinds
+                per_layer = np.array([o.per_kind[k].weights + o.per_kind[k].act for k in kind_set])  # type: ignore[index]
                 # the cheapest-in-memory window of `share` consecutive layers
-                best_mem = min(
-                    o.seg("weights", s, s + share) + o.seg("act", s, s + share) + o.fixed
-                    for s in range(0, n_layers - share + 1)
-                )
+                windows = count[:, share:] - count[:, : n_layers - share + 1]
+                best_mem = float((per_layer @ windows).min()) + o.fixed
                 ratio = best_mem / o.capacity
                 if worst is None or ratio < worst[0]:
                     dev = cluster.device(o.device)

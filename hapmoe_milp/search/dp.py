@@ -1,28 +1,40 @@
 """The pruned dynamic program over pipeline stages (the fast search mode).
 
-Stages are placed from the last to the first. A state is (first layer of the placed suffix, devices used
-per type, device type and size of the stage just placed, number of stages placed). Counting stages from
-the end makes the 1F1B in-flight count ``min(M, k)`` known when a stage is placed, so one pass covers
-every pipeline depth.
+Stages are placed from the last to the first. A state is (sub-problem, first layer of the placed suffix,
+devices used per type, device type and size class of the stage just placed, device types seen). Counting
+stages from the end makes the 1F1B in-flight count ``min(M, k)`` known when a stage is placed, so one
+pass covers every pipeline depth; an interleaved (VPP) sub-problem fixes its depth ``P`` instead, since
+Megatron's interleaved warm-up depends on it (:meth:`hapmoe_milp.instance.Instance.in_flight`).
 
 The objective ``alpha*sum(tau) + beta*max(tau) + max(sync)`` has two max terms, which an additive
 recurrence cannot carry; each state keeps the Pareto front of ``(sum, max tau, max sync)`` labels. With
-every pruning switch off this is exact over the instance; a global upper bound (best plan so far)
-discards labels whose objective already exceeds it, which is safe because all three terms only grow.
+every pruning switch off this is exact over the instance; a global upper bound (best plan so far) and
+lower bounds on the layers still to place discard labels that cannot win.
+
+A sub-problem is one family group of one instance (megatron: one mesh and recompute level, and for VPP
+one virtual-stage count and depth; hetero: one CP / EP-on setting). Megatron sub-problems are searched
+cheapest-bound first and skipped, unpriced, once their bound reaches the best plan; the first batch gives
+an incumbent within milliseconds. The label loop is vectorised (:mod:`hapmoe_milp.search.dp_levels`);
+the pure-Python original is kept in :mod:`hapmoe_milp.search.dp_reference` for tests.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from bisect import bisect_right
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from hapmoe_milp.config import Family, Settings
+from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.errors import InfeasibleError
-from hapmoe_milp.instance import Instance, Option, StageEval, aligned, build_instances, groups
+from hapmoe_milp.instance import Instance, Option, build_instances, groups
 from hapmoe_milp.plan import Plan, Stage
+from hapmoe_milp.search.dp_levels import Best, Chain, run_batch
+from hapmoe_milp.search.dp_tables import Clock, RowCache, SubProblem, build_batch, kind_order
 from hapmoe_milp.search.solution import Progress, ProgressEvent, Solution
 from hapmoe_milp.space import PruneCounter, Pruning
 from hapmoe_milp.specs.cluster import ClusterSpec
@@ -30,256 +42,15 @@ from hapmoe_milp.specs.model import ModelSpec
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class Label:
-    total: float
-    tmax: float
-    smax: float
-    option: Option | None
-    start: int
-    end: int
-    parent: Label | None
-
-
-def _pareto(labels: list[Label], eps: float = 0.0, floor: float = 0.0) -> list[Label]:
-    """Labels not dominated in (total, max(tmax, floor), smax).
-
-    ``floor`` is a lower bound on the largest stage time any completion of this state will add, so a
-    label's tmax below it can never show in the objective: comparing ``max(tmax, floor)`` keeps the
-    DP exact while merging labels that differ only there. With ``eps`` > 0, labels within a relative
-    ``eps`` of a kept one are dropped too (an approximation, used only when pruning is on).
-    """
-    labels.sort(key=lambda lb: (lb.total, lb.tmax, lb.smax))
-    kept: list[Label] = []
-    stair: list[tuple[float, float]] = []  # (tmax, smax) of kept labels, tmax ascending, smax descending
-    f = 1.0 + eps
-    for lb in labels:
-        tm = lb.tmax if lb.tmax > floor else floor
-        t, sm = tm * f, lb.smax * f
-        i = bisect_right(stair, (t, float("inf")))
-        if i and stair[i - 1][1] <= sm:
-            continue
-        kept.append(lb)
-        j = bisect_right(stair, (tm, lb.smax))
-        stair.insert(j, (tm, lb.smax))
-        k = j + 1
-        while k < len(stair) and stair[k][1] >= lb.smax:
-            del stair[k]
-    return kept
-
-
-@dataclass
-class _Best:
-    value: float = float("inf")
-    label: Label | None = None
-    inst: Instance | None = None
-    second_value: float = float("inf")
-    second_label: Label | None = None
-    second_inst: Instance | None = None
-
-    def offer(self, value: float, label: Label, inst: Instance) -> None:
-        if value < self.value:
-            if self.label is not None and not _same_plan(self.label, label):
-                self.second_value, self.second_label, self.second_inst = self.value, self.label, self.inst
-            self.value, self.label, self.inst = value, label, inst
-        elif value < self.second_value and (self.label is None or not _same_plan(self.label, label)):
-            self.second_value, self.second_label, self.second_inst = value, label, inst
-
-
-def _same_plan(a: Label, b: Label) -> bool:
-    x: Label | None = a
-    y: Label | None = b
-    while x is not None and y is not None:
-        if x.option is not y.option or x.start != y.start:
-            return False
-        x, y = x.parent, y.parent
-    return x is None and y is None
-
-
-def _solve_group(
-    inst: Instance, options: list[Option], best: _Best, counter: PruneCounter, deadline: float | None
-) -> bool:
-    """Run the backward DP over ``options``; returns False if the deadline stopped it."""
-    pr = inst.pruning
-    n_layers = inst.num_layers
-    alpha, beta = inst.coefficients
-    inv = inst.inventory
-    types = list(inv)
-    tidx = {t: i for i, t in enumerate(types)}
-    kmax = n_layers if pr.max_stages <= 0 else min(n_layers, pr.max_stages)
-    total_dev = sum(inv.values())
-    kmax = min(kmax, total_dev)
-    first_dp = inst.first_dp
-
-    # shapes with their recompute levels cheapest-first, for the min-recompute rule
-    shapes: dict[tuple, list[Option]] = {}
-    for o in options:
-        shapes.setdefault((o.device, o.cfg), []).append(o)
-    order = {"none": 0, "selective": 1, "full": 2}
-    shape_list = [sorted(v, key=lambda o: order[o.recompute]) for v in shapes.values()]
-
-    # Lower bound on what the layers [0, s) still cost: per layer, the fewest device-seconds any option
-    # needs (w); the remaining D devices must absorb W = sum(w), so some stage takes >= W / D and the
-    # stages together take >= W / g_max. Valid whatever the pruning, so it keeps the DP exact.
-    kinds = inst.layer_kinds
-    w_kind = {
-        k: min(((o.per_kind[k].fwd + o.per_kind[k].bwd) * o.devices for o in options), default=0.0) for k in set(kinds)
-    }
-    w_pre = [0.0]
-    for k in kinds:
-        w_pre.append(w_pre[-1] + w_kind[k])
-    g_max = max((o.devices for o in options), default=1)
-    total_inv = sum(inv.values())
-    # Memory lower bound: layers [0, s) need at least m_pre[s] bytes summed over devices (weights and
-    # optimizer state of the most sharded option); the devices left must be able to hold them.
-    m_kind = {k: min((o.per_kind[k].weights * o.devices for o in options), default=0.0) for k in set(kinds)}
-    m_pre = [0.0]
-    for k in kinds:
-        m_pre.append(m_pre[-1] + m_kind[k])
-    cap_of = {t: max((o.capacity for o in options if o.device == t), default=0.0) for t in types}
-
-    node_of = {t: inst.cluster.node_size(t) for t in types}
-    n_bound = 0
-    root = Label(0.0, 0.0, 0.0, None, n_layers, n_layers, None)
-    # state: (first layer of the suffix, devices used per type, next stage's type, its size class,
-    #         device types seen so far from the end -- hetero plans keep each type contiguous)
-    contiguous = inst.family == "hetero"
-    uniform = pr.uniform_stage_size or (contiguous and 0 < pr.large_cluster < total_inv)
-    level: dict[tuple, list[Label]] = {(n_layers, (0,) * len(types), None, 0, ()): [root]}
-    p2p_cache: dict[tuple, float] = {}
-    for k in range(1, kmax + 1):
-        if deadline is not None and time.perf_counter() > deadline:
-            counter.add("bound", n_bound)
-            return False
-        # group live states by the first layer of their suffix: a stage ending there is priced once
-        by_end: dict[int, list[tuple[tuple[int, ...], str | None, int, list[Label]]]] = {}
-        for (e, used, nd, ng, seen), labels in level.items():
-            labels = [lb for lb in labels if alpha * lb.total + beta * lb.tmax + lb.smax < best.value]
-            if labels:
-                by_end.setdefault(e, []).append((used, nd, ng, seen, labels))
-        nxt: dict[tuple, list[Label]] = {}
-        for e, states in by_end.items():
-            if deadline is not None and time.perf_counter() > deadline:
-                counter.add("bound", n_bound)
-                return False
-            lo_tmax = min(lb.tmax for *_, labels in states for lb in labels)
-            for group in shape_list:
-                o0 = group[0]
-                ti = tidx[o0.device]
-                g = o0.devices
-                node = node_of[o0.device]
-                fits_inv = [
-                    st
-                    for st in states
-                    if st[0][ti] + g <= inv[o0.device]
-                    and aligned(inv[o0.device] - st[0][ti] - g, g, node)
-                    and not (contiguous and o0.device in st[3] and st[3][-1] != o0.device)
-                    and not (uniform and st[1] == o0.device and st[2] != g)
-                ]
-                if not fits_inv:
-                    continue
-                n_lo, n_hi = o0.band
-                # the next stage's p2p only sees whether this stage fits inside a node (boundary link
-                # class), so states keep that, not the exact size
-                g_link = 1 if g < node_of[o0.device] else node_of[o0.device]
-                for s in range(max(0, e - n_hi), e - n_lo + 1):
-                    first = s == 0
-                    if first and o0.cfg.dp != first_dp:
-                        continue
-                    if not first and k == kmax:
-                        continue
-                    cands: list[tuple[Option, StageEval]] = []
-                    for i, o in enumerate(group):
-                        ev = inst.evaluate(o, s, e, from_end=k, first=first)
-                        if beta * max(ev.tau, lo_tmax) + alpha * ev.tau >= best.value:
-                            counter.add("bound")
-                            break  # costlier recompute levels are only slower
-                        if ev.memory > o.capacity:
-                            continue
-                        cands.append((o, ev))
-                        if pr.min_recompute:
-                            if len(group) - i - 1:
-                                counter.add("min_recompute", len(group) - i - 1)
-                            break
-                    for o, base in cands:
-                        for used, nd, ng, seen, labels in fits_inv:
-                            if nd is None:
-                                p2p = 0.0
-                            else:
-                                pk = (o.index, nd, ng)
-                                p2p = p2p_cache.get(pk, -1.0)
-                                if p2p < 0:
-                                    p2p = p2p_cache[pk] = inst.p2p(o, nd, ng)
-                            tau = base.tau + 2 * p2p
-                            if (
-                                pr.cross_type_comm
-                                and nd is not None
-                                and nd != o.device
-                                and 2 * p2p > pr.eta * (base.fwd + base.bwd)
-                            ):
-                                counter.add("cross_type_comm")
-                                continue
-                            used2 = list(used)
-                            used2[ti] += g
-                            rem_dev = total_inv - sum(used2)
-                            if not first:
-                                if rem_dev <= 0:
-                                    continue
-                                rem_cap = sum((inv[t] - used2[i]) * cap_of[t] for i, t in enumerate(types))
-                                if m_pre[s] > rem_cap:
-                                    counter.add("memory_bound")
-                                    continue
-                                # at most kmax - k more stages of at most g_max devices each
-                                usable = min(rem_dev, (kmax - k) * g_max)
-                                if usable <= 0:
-                                    continue
-                                rest_sum = w_pre[s] / g_max
-                                rest_max = w_pre[s] / usable
-                            else:
-                                rest_sum = rest_max = 0.0
-                            seen2 = seen if (seen and seen[-1] == o.device) else (*seen, o.device)
-                            key = (s, tuple(used2), o.device, g if uniform else g_link, seen2)
-                            sync = base.sync
-                            collapsed = False  # labels are sorted by total: once one with tmax <= tau and
-                            # smax <= sync is extended, later such labels only give dominated results
-                            for lb in labels:
-                                if lb.tmax <= tau and lb.smax <= sync:
-                                    if collapsed:
-                                        continue
-                                    collapsed = True
-                                tot = lb.total + tau
-                                tmx = lb.tmax if lb.tmax > tau else tau
-                                smx = lb.smax if lb.smax > sync else sync
-                                if alpha * (tot + rest_sum) + beta * max(tmx, rest_max) + smx >= best.value:
-                                    n_bound += 1
-                                    continue
-                                new = Label(tot, tmx, smx, o, s, e, lb)
-                                if first:
-                                    best.offer(alpha * tot + beta * tmx + smx, new, inst)
-                                else:
-                                    nxt.setdefault(key, []).append(new)
-        level = {}
-        for key, labels in nxt.items():
-            rem = min(total_inv - sum(key[1]), (kmax - k) * g_max)
-            kept = _pareto(labels, pr.pareto_eps, w_pre[key[0]] / rem if rem > 0 else 0.0)
-            if len(kept) < len(labels):
-                counter.add("pareto", len(labels) - len(kept))
-            level[key] = kept
-        if not level:
-            break
-    counter.add("bound", n_bound)
-    return True
-
-
-def plan_from_label(label: Label, inst: Instance) -> Plan:
-    stages: list[Stage] = []
-    lb: Label | None = label
-    while lb is not None and lb.option is not None:
-        o = lb.option
-        stages.append(Stage(o.device, o.cfg, lb.start, lb.end, o.recompute))  # type: ignore[arg-type]
-        lb = lb.parent
-    return inst.make_plan(tuple(stages))
+# megatron sub-problems per vectorised batch (each is a handful of options)
+MEGATRON_BATCH = 256
+# megatron sub-problems searched at once while there is no plan yet, and past how many queued ones they
+# are searched step by step rather than once everything is queued (a count, not a clock: same answer
+# on a loaded machine)
+EARLY = 64
+EARLY_AFTER = 20_000
+# pruning rules that can cut the optimum when they fire (the others only remove what cannot win)
+INEXACT_RULES = ("min_recompute", "cross_type_comm", "pareto_eps", "max_stages", "large_cluster")
 
 
 def families(family: str) -> list[Family]:
@@ -288,6 +59,229 @@ def families(family: str) -> list[Family]:
     if family not in ("megatron", "hetero"):
         raise InfeasibleError(f"unknown family {family!r}; use megatron, hetero or both")
     return [family]  # type: ignore[list-item]
+
+
+def plan_from_chain(chain: Chain, inst: Instance) -> Plan:
+    stages = tuple(Stage(o.device, o.cfg, s, e, o.recompute) for o, s, e in chain.stages)  # type: ignore[arg-type]
+    return inst.make_plan(stages)
+
+
+@dataclass
+class _Run:
+    """State of one solve: the incumbent, counters, the clock and the progress sink."""
+
+    t0: float
+    clock: Clock
+    limit: float | None
+    progress: Progress | None
+    cache: RowCache
+    best: Best = field(default_factory=Best)
+    counter: PruneCounter = field(default_factory=PruneCounter)
+    n_inst: int = 0
+    batches: int = 0
+    last_report: float = -1.0
+    phase: str = "build"  # "build" (queueing instances), "dp" (searching), "refine" (band-free pass)
+
+    def out_of_time(self) -> bool:
+        return self.clock.passed()
+
+    def report(self, phase: str, done: int, total: int, force: bool = False) -> None:
+        """A progress event: ``done`` of ``total`` units of the phase (instances queued, sub-problems
+        searched), at most every 0.2 s unless forced."""
+        if self.progress is None or total < 1:
+            return
+        now = time.perf_counter()
+        if not force and now - self.last_report < 0.2:
+            return  # a few events per second at most
+        self.last_report = now
+        self.progress(ProgressEvent(phase, done, total, self.best.value, now - self.t0, self.limit))
+
+
+class _MegatronQueue:
+    """Megatron sub-problems as arrays (instance, group, depth, lower bound), made into
+    :class:`SubProblem` s only when searched: with VPP a large cluster has hundreds of thousands.
+
+    A group is one mesh and recompute level with one option per device type. Its bound prices only the
+    model's main layer kind, without recompute (recompute only adds time): the ``n`` main-kind layers take
+    at least ``T = n * t_min`` summed over stages, the slowest of at most ``P`` stages at least ``T / P``,
+    and at least the time ``T*`` at which the cluster's devices can hold and process them at all (each
+    device of type ``t`` takes at most ``min(T / w_t, cap_t / (m_t * g))`` layers, ``w_t`` its
+    device-seconds and ``m_t`` its bytes per layer at the in-flight count of the last stage, the least
+    any stage holds). The bound is ``alpha*T + beta*max(T/P, T*)``.
+    """
+
+    def __init__(self, total_devices: int, types: tuple[str, ...], inventory: dict[str, int]) -> None:
+        self.total = total_devices
+        self.types = types
+        self.inv = np.array([inventory[t] for t in types], dtype=float)
+        self.insts: list[Instance] = []
+        self.groups: list[tuple[Option, ...]] = []
+        self.base_groups: dict[int, tuple] = {}  # id(options) -> group arrays
+        self.parts: list[tuple[np.ndarray, ...]] = []
+
+    def _groups_of(self, inst: Instance) -> tuple:
+        key = id(inst.options)
+        hit = self.base_groups.get(key)
+        if hit is not None:
+            return hit
+        by: dict[tuple, list[Option]] = {}
+        for o in inst.options:
+            by.setdefault((o.cfg, o.recompute), []).append(o)
+        kinds = inst.model.layer_kinds
+        main = max(kind_order(kinds), key=kinds.count)
+        n_main = kinds.count(main)
+        cm = inst.cost_model
+        first = len(self.groups)
+        G, T = len(by), len(self.types)
+        tt = np.zeros(G)
+        gg = np.zeros(G, dtype=np.int64)
+        w = np.full((G, T), np.inf)  # device-seconds per main-kind layer, per type
+        wt = np.zeros((G, T))  # weights bytes per layer and device
+        ac = np.zeros((G, T))  # activation bytes per layer, micro-batch and device
+        cap = np.zeros((G, T))
+        work = np.zeros((G, T))
+        tix = {t: i for i, t in enumerate(self.types)}
+        for i, opts in enumerate(by.values()):
+            self.groups.append(tuple(opts))
+            best = math.inf
+            for o in opts:
+                c = cm.layer(o.device, o.cfg, o.b, main, "none")  # type: ignore[arg-type]
+                best = min(best, c.fwd + c.bwd)
+                j = tix[o.device]
+                w[i, j] = (c.fwd + c.bwd) * o.devices
+                wt[i, j], ac[i, j], cap[i, j], work[i, j] = c.weights, c.act, o.capacity, c.work
+            tt[i] = n_main * best
+            gg[i] = opts[0].devices
+        hit = self.base_groups[key] = (first, tt, gg, w, wt, ac, cap, n_main, work)
+        return hit
+
+    def _capacity_time(self, gi: np.ndarray, infl: np.ndarray, base: tuple) -> np.ndarray:
+        """``T*`` of the class docstring for groups ``gi`` at in-flight counts ``infl`` (inf: no room)."""
+        _first, _tt, gg, w, wt, ac, cap, n_main = base[:8]
+        cap = cap - base[8]
+        m = wt[gi] + infl[:, None] * ac[gi]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lay = np.where(np.isfinite(w[gi]), cap[gi] / m / gg[gi, None], 0.0)  # layers per device
+        lay = np.where(np.isnan(lay), np.inf, lay)
+        rate = np.where(np.isfinite(w[gi]), 1.0 / w[gi], 0.0)  # layers per device-second
+        T = len(self.types)
+        out = np.zeros(len(gi))
+        for mask in range(1 << T):  # capacity = min over one of (rate*T, lay) per type
+            a = np.zeros(len(gi))
+            b = np.zeros(len(gi))
+            for t in range(T):
+                if mask >> t & 1:
+                    a += self.inv[t] * rate[:, t]
+                else:
+                    b += self.inv[t] * np.where(rate[:, t] > 0, lay[:, t], 0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                tt = np.where(a > 0, (n_main - b) / np.where(a > 0, a, 1.0), np.where(b < n_main, np.inf, 0.0))
+            out = np.maximum(out, tt)
+        return out
+
+    def _room(self, inst: Instance, gi: np.ndarray, pdiv: np.ndarray, pp: np.ndarray, base: tuple) -> np.ndarray:
+        """How many times the main-kind layers fit at most (< 1: they cannot fit): the k-th stage from the
+        end holds at most ``(cap - work) / (w + in_flight(k) * a)`` of them on its best device type, and a
+        deeper pipeline only adds stages, so the deepest allowed one holds the most."""
+        _first, _tt, _gg, w, wt, ac, cap, n_main = base[:8]
+        cap = cap - base[8]  # less the main kind's working set (part of every stage's fixed memory)
+        out = np.ones(len(gi))
+        for p in np.unique(pdiv):
+            sel = np.flatnonzero(pdiv == p)
+            fixed_p = int(pp[sel[0]]) if len(sel) else 0
+            total = np.zeros(len(sel))
+            for k in range(1, int(p) + 1):
+                infl = inst.in_flight(k, fixed_p or None) if inst.vpp > 1 else inst.in_flight(k)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    per = cap[gi[sel]] / (wt[gi[sel]] + infl * ac[gi[sel]])
+                per = np.where(np.isfinite(w[gi[sel]]), np.nan_to_num(per, nan=np.inf), 0.0)
+                total += per.max(axis=1)
+            out[sel] = total / max(1, n_main)
+        return out
+
+    def add(self, inst: Instance) -> np.ndarray:
+        """Queue ``inst``'s sub-problems; returns their indices into the queue's arrays, bound-sorted."""
+        base = self._groups_of(inst)
+        first, tt, gg = base[0], base[1], base[2]
+        pr = inst.pruning
+        a, b = inst.coefficients
+        ii = len(self.insts)
+        self.insts.append(inst)
+        n = inst.num_layers
+        if inst.vpp <= 1:
+            pmax = np.minimum(n, self.total // gg)
+            if pr.max_stages > 0:
+                pmax = np.minimum(pmax, pr.max_stages)
+            gi = np.flatnonzero(pmax >= 1)
+            pp = np.zeros(len(gi), dtype=np.int64)
+            pdiv = pmax[gi]
+            infl = np.full(len(gi), inst.in_flight(1))
+        else:
+            depths = np.array(inst.vpp_depths(), dtype=np.int64)
+            if pr.max_stages > 0:
+                depths = depths[depths <= pr.max_stages]
+            g2, p2 = np.meshgrid(np.arange(len(tt)), depths, indexing="ij")
+            g2, p2 = g2.ravel(), p2.ravel()
+            ok = p2 * gg[g2] <= self.total
+            gi, pp = g2[ok], p2[ok]
+            pdiv = pp
+            infl = np.array([inst.in_flight(1, int(p)) for p in depths], dtype=float)
+            infl = infl[np.searchsorted(depths, pp)] if len(pp) else np.zeros(0)
+        t_cap = self._capacity_time(gi, infl, base) if len(gi) else np.zeros(0)
+        with np.errstate(invalid="ignore"):
+            lb = a * tt[gi] + b * np.maximum(tt[gi] / np.maximum(pdiv, 1), t_cap)
+        lb[np.isinf(t_cap)] = np.inf  # the devices cannot hold the layers (even with beta = 0)
+        room = self._room(inst, gi, pdiv, pp, base)
+        lb[room < 1] = np.inf
+        start = sum(len(p[0]) for p in self.parts)
+        self.parts.append((np.full(len(gi), ii, dtype=np.int64), first + gi, pp, lb, room))
+        idx = np.arange(start, start + len(gi))
+        return idx[np.argsort(lb, kind="stable")]
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return tuple(np.concatenate(c) for c in zip(*self.parts, strict=True))
+
+    def sorted_all(self) -> np.ndarray:
+        return np.argsort(self.arrays()[3], kind="stable")
+
+    def sub(self, i: int, arrs: tuple[np.ndarray, ...]) -> SubProblem:
+        inst_i, grp, pp, lb = arrs[:4]
+        return SubProblem(self.insts[int(inst_i[i])], self.groups[int(grp[i])], int(pp[i]), float(lb[i]))
+
+
+def _search_queue(
+    q: _MegatronQueue, idx: np.ndarray, run: _Run, *, band: bool, clock: Clock, skip: set[int] | None = None
+) -> bool:
+    """Search the queued megatron sub-problems ``idx`` (sorted by bound) in batches until the bound
+    reaches the best plan. False if the clock stopped it."""
+    arrs = q.arrays()
+    lb = arrs[3]
+    pos = 0
+    size = 32  # small batches first: the incumbent (and with it the bound) improves between them
+    while pos < len(idx):
+        if clock.passed():
+            return False
+        if lb[idx[pos]] >= run.best.value:
+            run.counter.add("bound", len(idx) - pos)
+            break
+        chunk = []
+        size = min(2 * size, MEGATRON_BATCH)
+        while pos < len(idx) and len(chunk) < size and lb[idx[pos]] < run.best.value:
+            if skip is None or int(idx[pos]) not in skip:
+                chunk.append(q.sub(int(idx[pos]), arrs))
+            pos += 1
+        if chunk and not _run(chunk, run, band=band, clock=clock):
+            return False
+        run.report(run.phase, pos, len(idx))
+    return True
+
+
+def _run(subs: list[SubProblem], run: _Run, *, band: bool, clock: Clock) -> bool:
+    batch = build_batch(subs, run.cache, band=band, clock=clock)
+    if batch is None:
+        return False
+    run.batches += 1
+    return run_batch(batch, run.best, run.counter, clock)
 
 
 def solve_dp(
@@ -302,61 +296,172 @@ def solve_dp(
     name: str = "dp",
     progress: Progress | None = None,
 ) -> Solution:
-    t0 = time.perf_counter()
-    deadline = t0 + time_limit if time_limit else None
+    """Search every plan of the DP's space; anytime: ``time_limit`` covers the whole call, building included.
+
+    The status says how far the answer is proven: ``optimal`` when the search completed and no rule that
+    can cut the optimum fired (``stats["cut_by"]`` is empty), ``feasible`` when it completed but such a
+    rule fired (``cut_by`` names them), ``timeout`` when the clock stopped it (the best plan so far).
+    """
+    t0, c0 = time.perf_counter(), time.process_time()
+    clock = Clock(wall=t0 + time_limit if time_limit else None)
     pr = pruning or Pruning()
-    best = _Best()
-    counter = PruneCounter()
-    complete = True
-    n_inst = 0
-    insts = instances
-    if insts is None:
-        insts = [i for fam in families(family) for i in build_instances(model, cluster, settings, fam, pr)]
-        # megatron first (its plans bound the hetero search), larger micro-batch steps first
-        insts.sort(key=lambda i: (i.family != "megatron", -i.samples_per_mb))
-    insts = list(insts)
-    for inst in insts:
-        n_inst += 1
-        for rule, n in inst.counter.counts.items():
-            counter.add(rule, n)
-        for opts in sorted(groups(inst).values(), key=lambda g: -max(o.devices for o in g)):
-            if not _solve_group(inst, opts, best, counter, deadline):
-                complete = False
-                break
-        if progress is not None:
-            progress(ProgressEvent(name, n_inst, len(insts), best.value, time.perf_counter() - t0, time_limit))
-        if not complete:
-            break
+    kinds = kind_order(model.layer_kinds)
+    run = _Run(t0, clock, time_limit, progress, RowCache(kinds, tuple(cluster.inventory)))
+    total_dev = sum(cluster.inventory.values())
+    cm = CostModel(model, cluster, settings)
+    queue = _MegatronQueue(total_dev, tuple(cluster.inventory), cluster.inventory)
+    hetero_subs: list[SubProblem] = []
+    stopped = False
+    early: set[int] = set()
+
+    def take(inst: Instance) -> bool:
+        """Queue one instance's sub-problems (megatron: in the bound-ordered queue; hetero: one per group).
+        On a large cluster with no plan yet, each completed micro-batch step is searched early (``flush``).
+        False if the clock ran out."""
+        run.n_inst += 1
+        if inst.vpp <= 1:
+            for rule, n in inst.counter.counts.items():
+                run.counter.add(rule, n)
+        if inst.family == "megatron":
+            step_done = bool(queued) and queued[-1] != inst.samples_per_mb
+            # queueing is cheap on small clusters; on large ones (past EARLY_AFTER sub-problems) it takes
+            # a while, so without a plan each micro-batch step is searched as soon as it is queued
+            if step_done and sum(len(p[0]) for p in queue.parts) > EARLY_AFTER and not flush():
+                return False
+            queue.add(inst)
+            queued.append(inst.samples_per_mb)
+        else:
+            hetero_subs.extend(SubProblem(inst, tuple(o)) for o in groups(inst).values())
+        run.report("build", run.n_inst, n_family[0])
+        return True
+
+    queued: list[int] = []
+    n_family = [0]  # instances of the family being queued (for progress)
+
+    def flush() -> bool:
+        """While there is no plan yet, search the most promising few sub-problems queued so far."""
+        if run.best.chain is not None or not queue.parts:
+            return True
+        arrs = queue.arrays()
+        idx = np.flatnonzero(np.isfinite(arrs[3]))
+        if early:
+            idx = idx[~np.isin(idx, np.fromiter(early, dtype=np.int64))]
+        if not len(idx):
+            return True
+        lb, room = arrs[3][idx], arrs[4][idx]
+        # half the most promising by bound, half those with the most memory to spare: a slow plan that
+        # fits still bounds everything after it, and the cheapest bounds often belong to plans that do not
+        by_lb = idx[np.argsort(lb, kind="stable")[: EARLY // 2]]
+        by_room = idx[np.argsort(-room, kind="stable")[: EARLY // 2]]
+        first = np.unique(np.concatenate([by_lb, by_room]))
+        first = first[np.argsort(arrs[3][first], kind="stable")]
+        early.update(int(i) for i in first)
+        if not _search_queue(queue, first, run, band=True, clock=clock):
+            return False
+        if run.best.chain is None and refining:
+            # the band-free pass searches these anyway; their plan bounds the banded search
+            return _search_queue(queue, first, run, band=False, clock=clock)
+        return True
+
+    def family_instances(fam: Family) -> list[Instance] | None:
+        """The family's instances, largest micro-batch step first (fewest micro-batches, usually the
+        fastest plans), or None if the clock ran out while building them."""
+        mv = pr.max_vpp if fam == "megatron" else 1
+        out = []
+        for inst in build_instances(model, cluster, settings, fam, pr, cm, max_vpp=mv):
+            if run.out_of_time():
+                return None
+            out.append(inst)
+        out.sort(key=lambda i: (-i.samples_per_mb, i.vpp))
+        return out
+
     small = not (0 < pr.large_cluster < cluster.world_size)
-    if complete and small and instances is None and pr.layer_band and pr.band_refine and best.label is not None:
+    refining = small and instances is None and pr.layer_band and pr.band_refine
+    megatron_free_done = False
+    fams: list[tuple[Family, list[Instance] | None]]
+    if instances is not None:
+        given = sorted(instances, key=lambda i: (i.family != "megatron", -i.samples_per_mb, i.vpp))
+        fams = [(f, [i for i in given if i.family == f]) for f in ("megatron", "hetero")]
+    else:
+        fams = [(f, None) for f in families(family)]
+    for fam, insts in fams:
+        todo = insts if insts is not None else family_instances(fam)
+        if todo is None:
+            stopped = True
+            break
+        run.phase = "build"
+        n_family[0] = run.n_inst + len(todo)
+        for inst in todo:
+            if run.out_of_time() or not take(inst):
+                stopped = True
+                break
+        if stopped or not flush():
+            stopped = True
+            break
+        # every megatron sub-problem, cheapest bound first, until the bound reaches the best plan; then
+        # all hetero instances in one vectorised batch (each level extends every instance's states)
+        run.phase = "dp"
+        if fam == "megatron" and queue.parts:
+            stopped = not _search_queue(queue, queue.sorted_all(), run, band=True, clock=clock, skip=early)
+            if not stopped and run.best.chain is None and refining:
+                # nothing inside the band: the band-free megatron pass (due in the refinement anyway) is
+                # cheap, and its plan bounds the hetero search, which without any bound searches it all
+                stopped = not _search_queue(queue, queue.sorted_all(), run, band=False, clock=clock)
+                megatron_free_done = not stopped
+        if fam == "hetero" and hetero_subs:
+            stopped = not _run(hetero_subs, run, band=True, clock=clock)
+            run.report("dp", len(hetero_subs), len(hetero_subs), force=True)
+        if stopped:
+            break
+    complete = not stopped
+
+    refined = False
+    if complete and refining:
         # The band is centred on estimated speeds and can cut the optimum when memory forces slower
-        # options than the estimate assumed. Re-search without it, bounded by the plan just found (which
-        # prunes most of the space) and by what is left of the time limit.
-        free = replace(pr, layer_band=False)
-        spent = time.perf_counter() - t0
-        refine_deadline = time.perf_counter() + max(1.0, spent)
-        if deadline is not None:
-            refine_deadline = min(refine_deadline, deadline)
-        for fam in families(family):
-            for inst in build_instances(model, cluster, settings, fam, free):
-                for opts in sorted(groups(inst).values(), key=lambda g: -max(o.devices for o in g)):
-                    if not _solve_group(inst, opts, best, counter, refine_deadline):
-                        counter.add("refine_timeout")
-                        break
-                if time.perf_counter() > refine_deadline:
-                    break
-    wall = time.perf_counter() - t0
-    exact = pr == Pruning.off() or (
+        # options than the estimate assumed (or cut every plan that fits). Re-search without it, bounded
+        # by the plan just found (which prunes most of the space) and by as much CPU time again as the
+        # first pass took (at least a second; CPU time, so that a loaded machine gets the same answer),
+        # within the time limit.
+        spent = time.process_time() - c0
+        refine = Clock(wall=clock.wall, cpu=time.process_time() + max(1.0, spent))
+        ok = True
+        run.phase = "refine"
+        if queue.parts and not megatron_free_done:
+            ok = _search_queue(queue, queue.sorted_all(), run, band=False, clock=refine)
+        if ok and hetero_subs:
+            ok = _run(hetero_subs, run, band=False, clock=refine)
+        refined = ok
+        if not ok:
+            run.counter.add("refine_timeout")
+    sol = _solution(name, run, pr, complete, refined, time.perf_counter() - t0)
+    n_done = max(1, run.n_inst)
+    run.report(run.phase, n_done, n_done, force=True)  # the last event carries the final best
+    return sol
+
+
+def _solution(name: str, run: _Run, pr: Pruning, complete: bool, refined: bool, wall: float) -> Solution:
+    counts = run.counter.counts
+    exact_space = pr == replace(Pruning.off(), max_vpp=pr.max_vpp) or (
         not pr.layer_band
         and not pr.min_recompute
         and not pr.cross_type_comm
-        and not pr.dominance
         and pr.max_stages <= 0
         and not pr.uniform_stage_size
         and pr.large_cluster <= 0
         and pr.pareto_eps == 0
     )
-    if best.label is None or best.inst is None:
+    cut_by = [r for r in INEXACT_RULES if counts.get(r, 0) > 0]
+    if pr.layer_band and counts.get("layer_band", 0) > 0 and not refined:
+        cut_by.insert(0, "layer_band")
+    if pr.uniform_stage_size:
+        cut_by.append("uniform_stage_size")
+    stats = {"instances": run.n_inst, "batches": run.batches, "exact_space": exact_space, "cut_by": cut_by}
+    if not complete:
+        stats["stopped_by"] = "time"
+    elif cut_by:
+        stats["stopped_by"] = "pruning"
+    best = run.best
+    if best.chain is None or best.sub is None:
         status = "timeout" if not complete else "infeasible"
         return Solution(
             name,
@@ -365,16 +470,21 @@ def solve_dp(
             float("inf"),
             float("nan"),
             wall,
-            counter.counts,
+            counts,
+            stats=stats,
             message="" if not complete else "no plan satisfies memory and inventory",
         )
-    plan = plan_from_label(best.label, best.inst)
-    runner = plan_from_label(best.second_label, best.second_inst) if best.second_label and best.second_inst else None
-    if complete:
-        status = "optimal" if exact else "feasible"
-    else:
+    plan = plan_from_chain(best.chain, best.sub.inst)
+    runner = None
+    if best.second_chain is not None and best.second_sub is not None:
+        runner = plan_from_chain(best.second_chain, best.second_sub.inst)
+    if not complete:
         status = "timeout"
-    bound = best.value if (complete and exact) else float("nan")
+    else:
+        status = "optimal" if not cut_by else "feasible"
+    bound = best.value if status == "optimal" else float("nan")
+    if math.isfinite(bound):
+        stats["proof"] = "optimal over the DP's space"
     return Solution(
         name,
         status,  # type: ignore[arg-type]
@@ -382,8 +492,11 @@ def solve_dp(
         best.value,
         bound,
         wall,
-        counter.counts,
+        counts,
         runner_up=runner,
         runner_up_s=best.second_value if runner else None,
-        stats={"instances": n_inst, "exact_space": exact},
+        stats=stats,
     )
+
+
+__all__ = ["families", "plan_from_chain", "solve_dp"]

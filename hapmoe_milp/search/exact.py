@@ -432,8 +432,15 @@ def _solve_auto(
     from hapmoe_milp.search.dp import solve_dp
 
     t0 = time.perf_counter()
+    # warm start in the exact backends' space: plain 1F1B plans (they build no VPP instances yet)
     dp = solve_dp(
-        model, cluster, settings, family=family, pruning=pruning or Pruning(), time_limit=time_limit, progress=progress
+        model,
+        cluster,
+        settings,
+        family=family,
+        pruning=replace(pruning or Pruning(), max_vpp=1),
+        time_limit=time_limit,
+        progress=progress,
     )
     exact_solver = backend if backend in backends.NAMES else "cpsat"
     stats: dict[str, Any] = {"dp_status": dp.status, "dp_objective_s": dp.objective_s, "dp_wall_s": dp.wall_s}

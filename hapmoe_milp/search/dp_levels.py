@@ -1,0 +1,698 @@
+"""The vectorised label DP: one pass over pipeline depth, every state and label of a batch at once.
+
+Same algorithm as the reference (:mod:`hapmoe_milp.search.dp_reference`): stages are placed from the
+last to the first; a state is (sub-problem, first layer of the placed suffix, devices used per type, type
+and size class of the stage placed last, device types seen); each state keeps the Pareto front of
+``(sum tau, max tau, max sync)`` labels. What changes is the representation -- states and labels are
+numpy arrays, and each level extends all of them together -- and the bounds, which are stronger but
+still valid lower bounds (see :mod:`hapmoe_milp.search.dp_tables`), so exactness with every pruning
+switch off is kept.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hapmoe_milp.instance import Option
+from hapmoe_milp.search.dp_tables import (
+    AG,
+    OP,
+    RS,
+    WORK,
+    A,
+    B,
+    Batch,
+    Bounds,
+    Clock,
+    F,
+    SubProblem,
+    W,
+    aligned_vec,
+    capacity_bound,
+)
+from hapmoe_milp.space import PruneCounter
+
+# label expansions per chunk (bounds memory when little is pruned, e.g. with every switch off)
+CHUNK = 400_000
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A complete plan found by the DP: stages first to last as (option, start, end), and its batch group."""
+
+    stages: tuple[tuple[Option, int, int], ...]
+    group: int
+    vpp: int
+
+    def same(self, other: Chain) -> bool:
+        return (
+            self.vpp == other.vpp
+            and len(self.stages) == len(other.stages)
+            and all(a[0] is b[0] and a[1] == b[1] for a, b in zip(self.stages, other.stages, strict=True))
+        )
+
+
+@dataclass
+class Best:
+    """The best and second-best plans found so far (the second differs from the first)."""
+
+    value: float = math.inf
+    chain: Chain | None = None
+    sub: SubProblem | None = None
+    second_value: float = math.inf
+    second_chain: Chain | None = None
+    second_sub: SubProblem | None = None
+
+    def offer(self, value: float, chain: Chain, sub: SubProblem) -> None:
+        if value < self.value:
+            if self.chain is not None and not self.chain.same(chain):
+                self.second_value, self.second_chain, self.second_sub = self.value, self.chain, self.sub
+            self.value, self.chain, self.sub = value, chain, sub
+        elif value < self.second_value and (self.chain is None or not self.chain.same(chain)):
+            self.second_value, self.second_chain, self.second_sub = value, chain, sub
+
+
+@dataclass
+class _History:
+    """Every label ever kept, so a plan can be read back from its last label (parent pointers)."""
+
+    rows: list[np.ndarray] = field(default_factory=list)
+    starts: list[np.ndarray] = field(default_factory=list)
+    ends: list[np.ndarray] = field(default_factory=list)
+    parents: list[np.ndarray] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    size: int = 0
+
+    def add(self, rows: np.ndarray, starts: np.ndarray, ends: np.ndarray, parents: np.ndarray) -> np.ndarray:
+        ids = np.arange(self.size, self.size + len(rows), dtype=np.int64)
+        self.offsets.append(self.size)
+        self.rows.append(rows)
+        self.starts.append(starts)
+        self.ends.append(ends)
+        self.parents.append(parents)
+        self.size += len(rows)
+        return ids
+
+    def walk(self, hid: int) -> list[tuple[int, int, int]]:
+        out = []
+        while hid >= 0:
+            j = int(np.searchsorted(self.offsets, hid, side="right")) - 1
+            i = hid - self.offsets[j]
+            out.append((int(self.rows[j][i]), int(self.starts[j][i]), int(self.ends[j][i])))
+            hid = int(self.parents[j][i])
+        return out  # last stage first
+
+
+def _ranges(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For runs of ``counts[i]`` items: the run each item belongs to and its offset inside the run."""
+    owner = np.repeat(np.arange(len(counts)), counts)
+    start = np.cumsum(counts) - counts
+    return owner, np.arange(len(owner)) - start[owner]
+
+
+def _capacity_unique(
+    bd: Bounds, grp: np.ndarray, s: np.ndarray, rem: np.ndarray, G: int, N: int, inv: np.ndarray
+) -> np.ndarray:
+    """:func:`capacity_bound` evaluated once per distinct (group, start, remaining devices)."""
+    T = rem.shape[1]
+    key = _pack([grp, s, *[rem[:, t] for t in range(T)]], [G, N + 1, *[int(inv[t]) + 1 for t in range(T)]])
+    if key is None:
+        return capacity_bound(bd, grp, s, rem)
+    _uk, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    vals = capacity_bound(bd, grp[first], s[first], rem[first])
+    return vals[inverse.ravel()]
+
+
+def _seg_min(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
+    out = np.full(n, np.inf)
+    np.minimum.at(out, seg, values)
+    return out
+
+
+def pareto_mask(key: np.ndarray, tot: np.ndarray, tm: np.ndarray, sm: np.ndarray, eps: float) -> tuple[np.ndarray, int]:
+    """Keep-mask of labels not dominated in (tot, tm, sm) within their key; inputs sorted by (key, tot, tm, sm).
+
+    A label is dominated when an earlier label of the same key is no worse in all three (dominance is
+    transitive, so comparing against every earlier label, kept or not, gives the exact front). With
+    ``eps > 0`` a label on the exact front is also dropped when an earlier *kept* label is within a factor
+    ``1 + eps`` in tm and sm -- the reference's rule, evaluated to its fixed point. Returns the mask and
+    how many labels only the ``eps`` rule dropped.
+    """
+    n = len(key)
+    keep = np.ones(n, dtype=bool)
+    if n <= 1:
+        return keep, 0
+    start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    gsize = np.diff(np.r_[start, n])
+    grp = np.repeat(np.arange(len(start)), gsize)
+    pos = np.arange(n) - start[grp]
+    # 1. the earlier label with the least tm (a running arg-min per key, via integer ranks so keys can be
+    #    stacked without losing precision): a label whose tm is below every earlier one is on the front
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.argsort(tm, kind="stable")] = np.arange(n)
+    val = (len(start) - 1 - grp) * (n + 1) + rank  # later keys are smaller: running minima reset per key
+    run = np.minimum.accumulate(val)
+    at = np.maximum.accumulate(np.where(val == run, np.arange(n), -1))
+    prev = np.r_[-1, at[:-1]]  # arg-min over labels before i (same key when pos > 0)
+    has = pos > 0
+    h = np.where(has, prev, 0)
+    dom2 = has & (tm[h] <= tm)  # some earlier label is no worse in (tot, tm)
+    sure = dom2 & (sm[h] <= sm) & (tot[h] <= tot)
+    j1 = np.maximum(np.arange(n) - 1, 0)
+    sure |= has & (tm[j1] <= tm) & (sm[j1] <= sm) & (tot[j1] <= tot)
+    keep[sure] = False
+    # 2. the rest of the (tot, tm)-dominated labels: compare with the earlier labels of their key that
+    #    step 1 kept (if any label dominates one, a label of the front does, and the front was kept)
+    r = np.flatnonzero(keep)
+    unsure = (dom2 & ~sure)[r]
+    if unsure.any():
+        rk = key[r]
+        rstart = np.flatnonzero(np.r_[True, rk[1:] != rk[:-1]])
+        rpos = np.arange(len(r)) - np.repeat(rstart, np.diff(np.r_[rstart, len(r)]))
+        rt, rm, rs = tot[r], tm[r], sm[r]
+        idx = np.flatnonzero(unsure)
+        d = 1
+        while len(idx):
+            idx = idx[rpos[idx] >= d]
+            if not len(idx):
+                break
+            j = idx - d
+            hit = (rm[j] <= rm[idx]) & (rs[j] <= rs[idx]) & (rt[j] <= rt[idx])
+            keep[r[idx[hit]]] = False
+            idx = idx[~hit]
+            d += 1
+    if eps <= 0:
+        return keep, 0
+    # eps-thinning among the exact front, against kept labels only (a sequential rule: iterate)
+    front = np.flatnonzero(keep)
+    if len(front) <= 1:
+        return keep, 0
+    fk, ft, fs = key[front], tm[front], sm[front]
+    fstart = np.flatnonzero(np.r_[True, fk[1:] != fk[:-1]])
+    fpos = np.arange(len(front)) - np.repeat(fstart, np.diff(np.r_[fstart, len(front)]))
+    f = 1.0 + eps
+    kept = np.ones(len(front), dtype=bool)
+    for _ in range(64):
+        drop = np.zeros(len(front), dtype=bool)
+        idx = np.flatnonzero(fpos >= 1)
+        d = 1
+        while len(idx):
+            j = idx - d
+            hit = kept[j] & (ft[j] <= ft[idx] * f) & (fs[j] <= fs[idx] * f)
+            drop[idx[hit]] = True
+            d += 1
+            idx = idx[fpos[idx] >= d]
+        new = ~drop
+        if np.array_equal(new, kept):
+            break
+        kept = new
+    keep[front[~kept]] = False
+    return keep, int((~kept).sum())
+
+
+def _pack(cols: list[np.ndarray], radix: list[int]) -> np.ndarray | None:
+    """Mixed-radix int64 key of integer columns, or None when it would overflow."""
+    if math.prod(radix) >= 2**62:
+        return None
+    key = np.zeros(len(cols[0]), dtype=np.int64)
+    for c, r in zip(cols, radix, strict=True):
+        key = key * r + c
+    return key
+
+
+@dataclass
+class _Counts:
+    """What each rule removed in one batch (added to the solve's counter at the end)."""
+
+    bound: int = 0
+    memory_bound: int = 0
+    pareto: int = 0
+    min_recompute: int = 0
+    cross_type_comm: int = 0
+    max_stages: int = 0
+
+    def flush(self, counter: PruneCounter) -> None:
+        for name in ("bound", "memory_bound", "pareto", "min_recompute", "cross_type_comm", "max_stages"):
+            counter.add(name, getattr(self, name))
+
+
+@dataclass
+class _Level:
+    """The live states of one level and their labels (grouped by state, each state's by rising total).
+
+    A state: group, first layer of the placed suffix (``e``), devices used per type, device type and
+    size key of the stage placed last (``nd``, ``ng``; -1/0 for none), device types seen (bit mask).
+    A label: ``(tot, tmx, smx)`` and the id of its last stage in the history.
+    """
+
+    grp: np.ndarray
+    e: np.ndarray
+    used: np.ndarray
+    nd: np.ndarray
+    ng: np.ndarray
+    seen: np.ndarray
+    st: np.ndarray
+    tot: np.ndarray
+    tmx: np.ndarray
+    smx: np.ndarray
+    hist: np.ndarray
+
+    @classmethod
+    def roots(cls, G: int, n: int, T: int) -> _Level:
+        z = np.zeros(G, dtype=np.int64)
+        return cls(np.arange(G), np.full(G, n), np.zeros((G, T), dtype=np.int64), z - 1, z, z, np.arange(G),
+                   np.zeros(G), np.zeros(G), np.zeros(G), z - 1)  # fmt: skip
+
+    def keep_labels(self, keep: np.ndarray) -> _Level:
+        """The level with only the labels in ``keep`` (states left without labels are dropped)."""
+        alive = np.zeros(len(self.grp), dtype=bool)
+        alive[self.st[keep]] = True
+        remap = np.cumsum(alive) - 1
+        return _Level(self.grp[alive], self.e[alive], self.used[alive], self.nd[alive], self.ng[alive],
+                      self.seen[alive], remap[self.st[keep]], self.tot[keep], self.tmx[keep], self.smx[keep],
+                      self.hist[keep])  # fmt: skip
+
+    def label_runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per state: number of labels and index of its first label."""
+        cnt = np.bincount(self.st, minlength=len(self.grp))
+        return cnt, np.cumsum(cnt) - cnt
+
+
+@dataclass
+class _Cands:
+    """Candidate stages (option row, start) for the (group, end) pairs of the level, sorted by
+    ``key = (group-end index, device type-size class)`` so a state finds its candidates by search."""
+
+    row: np.ndarray
+    grp: np.ndarray
+    s: np.ndarray
+    tau: np.ndarray  # fwd + bwd, before the boundary's p2p
+    sync: np.ndarray
+    key: np.ndarray
+
+
+def run_batch(batch: Batch, best: Best, counter: PruneCounter, clock: Clock) -> bool:
+    """Run the DP over every group of ``batch``; offer complete plans to ``best``. False if the clock ran out."""
+    n_types = len(batch.types)
+    lv: _Level | None = _Level.roots(batch.n_groups, batch.n_layers, n_types)
+    cnt = _Counts()
+    hist = _History()
+    kmax_all = int(batch.kmax.max())
+    for k in range(1, kmax_all + 1):
+        if clock.passed():
+            cnt.flush(counter)
+            return False
+        lv = _prune(batch, k, lv, best, cnt)
+        if lv is None:
+            break
+        ge_keys, s_ge = np.unique(lv.grp * (batch.n_layers + 1) + lv.e, return_inverse=True)
+        s_ge = s_ge.ravel()
+        l_cnt, l_start = lv.label_runs()
+        mins = [np.minimum.reduceat(x, l_start) for x in (lv.tot, lv.tmx, lv.smx)]
+        ge_mins = [_seg_min(m, s_ge, len(ge_keys)) for m in mins]
+        bd = batch.bounds(k + 1)  # after this stage, the rest sit k + 1 or more from the end
+        cands = _candidates(batch, k, ge_keys, ge_mins, bd, best, cnt)
+        if len(cands.key) == 0:
+            break
+        pairs = _pairs(batch, k, lv, s_ge, cands, mins, bd, best, cnt)
+        if pairs is None:
+            break
+        # complete plans first: they tighten the bound for the rest of the level
+        _complete(batch, lv, pairs, l_cnt, l_start, hist, best)
+        rest = np.flatnonzero(pairs["s"] > 0)
+        if len(rest) == 0 or k == kmax_all:
+            break
+        if clock.passed():
+            cnt.flush(counter)
+            return False
+        lv = _extend(batch, lv, {n: a[rest] for n, a in pairs.items()}, l_cnt, l_start, hist, best, cnt, counter)
+        if lv is None:
+            break
+    cnt.flush(counter)
+    return True
+
+
+def _prune(batch: Batch, k: int, lv: _Level, best: Best, cnt: _Counts) -> _Level | None:
+    """Drop labels that can no longer beat the best plan: the layers still to place sit ``k`` or more
+    stages from the end and need at least the bounds of ``batch.bounds(k)``."""
+    bd = batch.bounds(k)
+    t_rest = capacity_bound(bd, lv.grp, lv.e, batch.inv[None, :] - lv.used)[lv.st]
+    g = lv.grp[lv.st]
+    with np.errstate(invalid="ignore"):
+        lb = batch.alpha[g] * (lv.tot + bd.sum_pre[g, lv.e[lv.st]]) + batch.beta[g] * np.maximum(lv.tmx, t_rest)
+    keep = (lb + lv.smx < best.value) & np.isfinite(t_rest)  # inf: the devices left cannot hold the layers
+    if keep.all():
+        return lv if len(lv.st) else None
+    cnt.bound += int((~keep).sum())
+    if not keep.any():
+        return None
+    return lv.keep_labels(keep)
+
+
+def _candidates(
+    batch: Batch, k: int, ge_keys: np.ndarray, ge_mins: list[np.ndarray], bd: Bounds, best: Best, cnt: _Counts
+) -> _Cands:
+    """Every (option, start) that can be the ``k``-th stage from the end for some state of each (group,
+    end): layer counts within the option's band and the family's depth rules, then its exact cost; it must
+    fit memory, start the pipeline with the first stage's DP, and not already lose to the best plan."""
+    N = batch.n_layers
+    pr = batch.subs[0].inst.pruning
+    alpha, beta = batch.alpha, batch.beta
+    lo_tot, lo_tmx, lo_smx = ge_mins
+    ge_g, ge_e = np.divmod(ge_keys, N + 1)
+    X, xoff = _ranges(batch.grp_hi[ge_g] - batch.grp_lo[ge_g])
+    row = batch.grp_lo[ge_g][X] + xoff
+    gi, e = ge_g[X], ge_e[X]
+    v = batch.vpp[gi]
+    n_lo = np.maximum(batch.lo[row], v)  # an interleaved stage holds a layer per virtual chunk
+    n_hi = np.minimum(batch.hi[row], e)
+    if k == 1 and batch.mtp > 1:
+        n_lo = np.where(v > 1, np.maximum(n_lo, v + batch.mtp - 1), n_lo)  # MTP in the last chunk
+    fixed_pp = batch.pp[gi]
+    # the last allowed stage must start at layer 0; a fixed depth leaves v layers per later stage
+    must_first = np.where(fixed_pp > 0, fixed_pp == k, batch.kmax[gi] == k)
+    capped = (fixed_pp == 0) & (batch.kmax[gi] == k) & batch.capped[gi] & (e > n_lo)
+    cnt.max_stages += int(capped.sum())
+    n_lo = np.where(must_first, np.maximum(n_lo, e), n_lo)
+    n_hi = np.where(fixed_pp > k, np.minimum(n_hi, e - (fixed_pp - k) * v), n_hi)
+    # prefilters (exact checks follow): the stage's time alone must not lose, its memory must fit
+    if math.isfinite(best.value):
+        tcap = (best.value - alpha[gi] * lo_tot[X] - lo_smx[X]) / (alpha[gi] + beta[gi])
+        tm = batch.tmin[row]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            n_t = np.where(tm > 0, np.floor(tcap / np.where(tm > 0, tm, 1.0)), N)
+        n_hi = np.minimum(n_hi, np.clip(n_t, -1, N).astype(np.int64))
+    pk = batch.present
+    mrow = batch.coef[row][:, pk, W] + batch.infl[gi, k][:, None] * batch.coef[row][:, pk, A]
+    mmin = mrow.min(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n_m = np.where(mmin > 0, np.floor((batch.cap[row] - batch.fixed[row]) / np.where(mmin > 0, mmin, 1.0)), N)
+    n_hi = np.minimum(n_hi, np.clip(n_m, -1, N).astype(np.int64))
+    C, coff = _ranges(np.maximum(n_hi - n_lo + 1, 0))
+    c_x, c_row, c_g, c_e = X[C], row[C], gi[C], e[C]
+    c_s = c_e - (n_lo[C] + coff)
+    # exact stage cost: layers of each kind times the option's per-kind coefficients, plus the edges
+    kc = batch.kind_count
+    vals = np.einsum("kn,nka->na", (kc[:, c_e] - kc[:, c_s]).astype(float), batch.coef[c_row])
+    first_on = c_s == 0
+    fr = batch.first[c_row]
+    vals += fr[:, :WORK] * first_on[:, None]
+    extra = batch.fixed[c_row] + fr[:, WORK] * first_on
+    if k == 1:
+        lr = batch.last[c_row]
+        vals += lr[:, :WORK]
+        extra = extra + lr[:, WORK]
+    fwd, bwd = vals[:, F], vals[:, B]
+    mem = vals[:, W] + batch.infl[c_g, k] * vals[:, A] + extra
+    # exposed DP sync + optimizer step: the cost model's rule, one call per device type
+    cm = batch.subs[0].inst.cost_model
+    c_sync = np.empty(len(c_row))
+    c_typ = batch.typ[c_row]
+    for t, did in enumerate(batch.types):
+        on = c_typ == t
+        if on.any():
+            c_sync[on] = cm.exposed_sync(did, vals[on, RS], vals[on, AG], fwd[on], bwd[on], vals[on, OP])
+    c_tau = fwd + bwd
+    ok = mem <= batch.cap[c_row]
+    ok &= ~first_on | (batch.dp[c_row] == batch.first_dp[c_g])
+    lead = batch.lead[c_g]
+    if lead.any():  # interleaved: the first rank's first chunk holds the leading layers of another kind
+        vv = batch.vpp[c_g]
+        ok &= ~first_on | (vv <= 1) | (-(-(c_e - c_s) // vv) >= lead)
+    lb = (
+        alpha[c_g] * (lo_tot[c_x] + c_tau + bd.sum_pre[c_g, c_s])
+        + beta[c_g] * np.maximum(c_tau, lo_tmx[c_x])
+        + np.maximum(lo_smx[c_x], c_sync)
+    )
+    bad = lb >= best.value
+    cnt.bound += int((ok & bad).sum())
+    sel = np.flatnonzero(ok & ~bad)
+    if pr.min_recompute and len(sel):
+        # the cheapest recompute level that fits, per (group-end, shape, start)
+        sel = sel[np.lexsort((batch.level[c_row[sel]], c_s[sel], batch.shape[c_row[sel]], c_x[sel]))]
+        kx, ksh, ks = c_x[sel], batch.shape[c_row[sel]], c_s[sel]
+        head = np.r_[True, (kx[1:] != kx[:-1]) | (ksh[1:] != ksh[:-1]) | (ks[1:] != ks[:-1])]
+        cnt.min_recompute += int((~head).sum())
+        sel = sel[head]
+    key = c_x[sel] * len(batch.tg_t) + batch.tg[c_row[sel]]
+    o = np.argsort(key, kind="stable")
+    sel = sel[o]
+    return _Cands(c_row[sel], c_g[sel], c_s[sel], c_tau[sel], c_sync[sel], key[o])
+
+
+def _pairs(
+    batch: Batch,
+    k: int,
+    lv: _Level,
+    s_ge: np.ndarray,
+    cands: _Cands,
+    mins: list[np.ndarray],
+    bd: Bounds,
+    best: Best,
+    cnt: _Counts,
+) -> dict[str, np.ndarray] | None:
+    """(state, candidate) pairs the inventory and the family rules allow, with the stage time including
+    the boundary's p2p and lower bounds on what the layers still to place add; pairs that cannot beat the
+    best plan even from their state's best label are dropped."""
+    pr = batch.subs[0].inst.pruning
+    inv, node = batch.inv, batch.node
+    tt, gg = batch.tg_t[None, :], batch.tg_g[None, :]
+    # which (device type, stage size) classes each state may place next
+    rem = inv[batch.tg_t][None, :] - lv.used[:, batch.tg_t] - gg
+    valid = (rem >= 0) & aligned_vec(np.maximum(rem, 0), np.broadcast_to(gg, rem.shape), node[batch.tg_t][None, :])
+    cont = batch.contiguous[lv.grp][:, None]
+    if cont.any():  # hetero: a device type's stages are contiguous
+        valid &= ~(cont & ((lv.seen[:, None] >> tt) & 1).astype(bool) & (lv.nd[:, None] != tt))
+    uni = batch.uniform[lv.grp][:, None]
+    if uni.any():  # one stage size per device type
+        valid &= ~(uni & (lv.nd[:, None] == tt) & (lv.ng[:, None] != gg))
+    si, ti = np.nonzero(valid)
+    pkey = s_ge[si] * len(batch.tg_t) + ti
+    blo = np.searchsorted(cands.key, pkey, side="left")
+    own, off = _ranges(np.searchsorted(cands.key, pkey, side="right") - blo)
+    S, c = si[own], blo[own] + off
+    if len(S) == 0:
+        return None
+    row, grp, s = cands.row[c], lv.grp[S], cands.s[c]
+    typ, gsz = batch.typ[row], batch.g[row]
+    nd = lv.nd[S]
+    has = nd >= 0
+    p2p = np.zeros(len(S))
+    if has.any():
+        h = np.flatnonzero(has)
+        p2p[h] = batch.p2p_for(row[h], nd[h], (lv.ng[S[h]] < node[nd[h]]).astype(np.int64))
+    tau = cands.tau[c] + 2 * p2p
+    sync = cands.sync[c]
+    ok = np.ones(len(S), dtype=bool)
+    if pr.cross_type_comm:
+        cross = has & (nd != typ) & (2 * p2p > pr.eta * cands.tau[c])
+        cnt.cross_type_comm += int(cross.sum())
+        ok &= ~cross
+    used2 = lv.used[S].copy()
+    used2[np.arange(len(S)), typ] += gsz
+    rest_sum, rest_max = np.zeros(len(S)), np.zeros(len(S))
+    nf = np.flatnonzero(s > 0)
+    if len(nf):
+        okn, rest_sum[nf], rest_max[nf] = _rest(batch, k, grp[nf], s[nf], inv[None, :] - used2[nf], gsz[nf], bd, cnt)
+        ok[nf] &= okn
+    mt, mx, ms = (m[S] for m in mins)
+    pb = (
+        batch.alpha[grp] * (mt + tau + rest_sum)
+        + batch.beta[grp] * np.maximum(np.maximum(mx, tau), rest_max)
+        + np.maximum(ms, sync)
+    )
+    bad = ok & (pb >= best.value)
+    cnt.bound += int(bad.sum())
+    keep = np.flatnonzero(ok & ~bad)
+    if len(keep) == 0:
+        return None
+    out = {"S": S, "row": row, "grp": grp, "s": s, "typ": typ, "gsz": gsz, "tau": tau, "sync": sync}
+    out |= {"used2": used2, "rest_sum": rest_sum, "rest_max": rest_max}
+    return {n: a[keep] for n, a in out.items()}
+
+
+def _rest(
+    batch: Batch, k: int, grp: np.ndarray, s: np.ndarray, rem: np.ndarray, gsz: np.ndarray, bd: Bounds, cnt: _Counts
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For layers ``[0, s)`` still to place on ``rem`` devices per type: whether it is possible at all,
+    and lower bounds on the sum and on the largest of the remaining stages' times."""
+    ok = rem.sum(axis=1) > 0
+    memb = bd.m_pre[grp, s] > (rem * bd.cap_t[grp]).sum(axis=1)  # bytes needed vs capacity left
+    cnt.memory_bound += int((ok & memb).sum())
+    ok &= ~memb
+    fpp = batch.pp[grp]
+    left = np.where(fpp > 0, fpp - k, batch.kmax[grp] - k)
+    # device-seconds per second the rest can absorb: all remaining devices at their best rate, and no
+    # more than `left` stages of at most the largest stage each
+    big = (np.minimum(rem, bd.gmax_t[grp]) * bd.inv_r[grp]).max(axis=1)
+    eff = np.minimum((rem * bd.inv_r[grp]).sum(axis=1), left * big)
+    ok &= (left > 0) & (eff > 0)
+    fixed_g = fpp > 0
+    if fixed_g.any():  # a fixed-depth (megatron) plan needs room for its remaining stages of this size
+        ok &= ~fixed_g | ((rem // np.maximum(gsz, 1)[:, None]).sum(axis=1) >= left)
+    t_cap = _capacity_unique(bd, grp, s, rem, batch.n_groups, batch.n_layers, batch.inv)
+    memc = ~np.isfinite(t_cap)
+    cnt.memory_bound += int((ok & memc).sum())
+    ok &= ~memc
+    w = bd.w_pre[grp, s]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rest_max = np.maximum(np.where(eff > 0, w / np.where(eff > 0, eff, 1.0), 0.0), np.where(memc, 0.0, t_cap))
+        # the stages' times add up to at least the per-layer least times, and to at least the work
+        # over the largest stage the remaining devices can still form
+        rest_sum = np.maximum(bd.sum_pre[grp, s], np.where(big > 0, w / np.where(big > 0, big, 1.0), 0.0))
+    return ok, rest_sum, rest_max
+
+
+def _complete(
+    batch: Batch,
+    lv: _Level,
+    pairs: dict[str, np.ndarray],
+    l_cnt: np.ndarray,
+    l_start: np.ndarray,
+    hist: _History,
+    best: Best,
+) -> None:
+    """Offer the plans completed by pairs whose stage starts at layer 0, best first."""
+    fi = np.flatnonzero(pairs["s"] == 0)
+    if not len(fi):
+        return
+    S = pairs["S"]
+    own, off = _ranges(l_cnt[S[fi]])
+    pair = fi[own]
+    li = l_start[S[pair]] + off
+    g = pairs["grp"][pair]
+    tau, sync = pairs["tau"][pair], pairs["sync"][pair]
+    val = (
+        batch.alpha[g] * (lv.tot[li] + tau) + batch.beta[g] * np.maximum(lv.tmx[li], tau) + np.maximum(lv.smx[li], sync)
+    )
+    for j in np.argsort(val, kind="stable"):
+        vj = float(val[j])
+        if vj >= best.second_value:
+            break
+        pj = pair[j]
+        stages = [(int(pairs["row"][pj]), 0, int(lv.e[S[pj]])), *hist.walk(int(lv.hist[li[j]]))]
+        gidx = int(pairs["grp"][pj])
+        chain = Chain(tuple((batch.row_opt[r], s0, e0) for r, s0, e0 in stages), gidx, int(batch.vpp[gidx]))
+        best.offer(vj, chain, batch.subs[gidx])
+
+
+def _extend(
+    batch: Batch,
+    lv: _Level,
+    pairs: dict[str, np.ndarray],
+    l_cnt: np.ndarray,
+    l_start: np.ndarray,
+    hist: _History,
+    best: Best,
+    cnt: _Counts,
+    counter: PruneCounter,
+) -> _Level | None:
+    """Extend every label of each pair's state by the pair's stage (chunk by chunk), keep the labels that
+    can still win and each next state's Pareto front: the next level."""
+    pr = batch.subs[0].inst.pruning
+    T, N, G = len(batch.types), batch.n_layers, batch.n_groups
+    inv, node = batch.inv, batch.node
+    S, row, grp, s, typ, gsz = (pairs[n] for n in ("S", "row", "grp", "s", "typ", "gsz"))
+    tau, sync, used2, rest_sum, rest_max = (pairs[n] for n in ("tau", "sync", "used2", "rest_sum", "rest_max"))
+    # the state each pair leads to
+    gkey = np.where(batch.uniform[grp], gsz, np.where(batch.small[row], 1, node[typ]))
+    seen2 = lv.seen[S] | (1 << typ)
+    cols = [grp, s, *[used2[:, t] for t in range(T)], typ, gkey, seen2]
+    radix = [G, N + 1, *[int(inv[t]) + 1 for t in range(T)], T, int(max(batch.g.max(), node.max())) + 1, 1 << T]
+    key = _pack(cols, radix)
+    if key is None:
+        key = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].astype(np.int64).ravel()
+    # stage options that lead from the same state to the same next state: one no worse in both stage
+    # time and sync gives labels no worse than the other's, which need not be made at all
+    keep = _pair_front(S, key, tau, sync)
+    cnt.pareto += int((~keep).sum())
+    S, row, grp, s, typ, gsz, tau, sync = (
+        S[keep],
+        row[keep],
+        grp[keep],
+        s[keep],
+        typ[keep],
+        gsz[keep],
+        tau[keep],
+        sync[keep],
+    )
+    used2, rest_sum, rest_max, gkey, seen2, key = (
+        used2[keep], rest_sum[keep], rest_max[keep], gkey[keep], seen2[keep], key[keep]
+    )  # fmt: skip
+    nl = l_cnt[S]
+    bounds = np.r_[0, np.cumsum(nl)]
+    acc: list[tuple[np.ndarray, ...]] = []
+    acc_n = pos = 0
+    while pos < len(S):
+        end = max(int(np.searchsorted(bounds, bounds[pos] + CHUNK, side="right")) - 1, pos + 1)
+        cnt_l = nl[pos:end]
+        own, off = _ranges(cnt_l)
+        pair = pos + own
+        pos = end
+        li = l_start[S[pair]] + off
+        tp, sp = tau[pair], sync[pair]
+        # labels of a state are sorted by total: once one with tmax <= tau and smax <= sync is
+        # extended, the later such labels only give dominated results
+        flag = (lv.tmx[li] <= tp) & (lv.smx[li] <= sp)
+        cs = np.cumsum(flag)
+        run_start = (np.cumsum(cnt_l) - cnt_l)[own]  # chunk position of the pair's first label
+        keep = ~flag | (cs - (cs - flag)[run_start] == 1)
+        tot = lv.tot[li] + tp
+        tmx = np.maximum(lv.tmx[li], tp)
+        smx = np.maximum(lv.smx[li], sp)
+        g = grp[pair]
+        lb = batch.alpha[g] * (tot + rest_sum[pair]) + batch.beta[g] * np.maximum(tmx, rest_max[pair]) + smx
+        bad = keep & (lb >= best.value)
+        cnt.bound += int(bad.sum())
+        w = np.flatnonzero(keep & ~bad)
+        acc.append((key[pair[w]], tot[w], tmx[w], smx[w], rest_max[pair[w]], pair[w], lv.hist[li[w]]))
+        acc_n += len(w)
+        if acc_n > 4 * CHUNK and len(acc) > 1:
+            acc = [_front(acc, pr.pareto_eps, counter)]
+            acc_n = len(acc[0][0])
+    if not acc_n:
+        return None
+    nk, ntot, ntmx, nsmx, _fl, npair, npar = _front(acc, pr.pareto_eps, counter)
+    cnt.pareto += acc_n - len(nk)
+    hid = hist.add(row[npair], s[npair], lv.e[S[npair]], npar)
+    head = np.r_[True, nk[1:] != nk[:-1]]
+    fp = npair[np.flatnonzero(head)]
+    return _Level(grp[fp], s[fp], used2[fp], typ[fp], gkey[fp], seen2[fp], np.cumsum(head) - 1, ntot, ntmx, nsmx, hid)
+
+
+def _pair_front(S: np.ndarray, key: np.ndarray, tau: np.ndarray, sync: np.ndarray) -> np.ndarray:
+    """Keep-mask of pairs not dominated in (tau, sync) by another pair of the same (state, next state);
+    of equal pairs the first is kept. The result keeps the pairs' original order."""
+    n = len(S)
+    if n <= 1:
+        return np.ones(n, dtype=bool)
+    order = np.lexsort((sync, tau, key, S))
+    gs, gk = S[order], key[order]
+    head = np.r_[True, (gs[1:] != gs[:-1]) | (gk[1:] != gk[:-1])]
+    grp = np.cumsum(head) - 1
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.argsort(sync[order], kind="stable")] = np.arange(n)
+    val = (grp[-1] - grp) * (n + 1) + rank  # later groups are smaller: running minima reset per group
+    run = np.minimum.accumulate(val)
+    before = np.r_[np.iinfo(np.int64).max, run[:-1]]  # least sync rank among earlier pairs of the group
+    dominated = ~head & (before - (grp[-1] - grp) * (n + 1) <= rank)
+    keep = np.ones(n, dtype=bool)
+    keep[order[dominated]] = False
+    return keep
+
+
+def _front(acc: list[tuple[np.ndarray, ...]], eps: float, counter: PruneCounter) -> tuple[np.ndarray, ...]:
+    """Concatenate label chunks and keep each key's Pareto front, sorted by (key, total, tmax, smax)."""
+    key, tot, tmx, smx, fl, pair, par = (np.concatenate(c) for c in zip(*acc, strict=True))
+    order = np.lexsort((smx, tmx, tot, key))
+    key, tot, tmx, smx, fl, pair, par = (a[order] for a in (key, tot, tmx, smx, fl, pair, par))
+    keep, n_eps = pareto_mask(key, tot, np.maximum(tmx, fl), smx, eps)
+    if n_eps:
+        counter.add("pareto_eps", n_eps)
+    return tuple(a[keep] for a in (key, tot, tmx, smx, fl, pair, par))
+
+
+__all__ = ["Best", "Chain", "pareto_mask", "run_batch"]
