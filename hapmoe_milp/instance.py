@@ -168,7 +168,8 @@ class Instance:
         return Plan.from_settings(self.model, self.cluster, self.family, stages, self.settings, vpp=self.vpp)
 
     def p2p(self, src: Option, dst_device: str, dst_devices: int) -> float:
-        return self.cost_model.p2p(src.device, src.cfg, src.b, dst_device, dst_devices)
+        """The boundary's transfers per micro-batch (per virtual chunk when interleaved)."""
+        return self.cost_model.boundary_p2p(src.device, src.cfg, src.b, dst_device, dst_devices, self.vpp)
 
     def evaluate(
         self, opt: Option, s: int, e: int, *, from_end: int, first: bool, p2p: float = 0.0, pp: int | None = None

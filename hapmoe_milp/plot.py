@@ -94,7 +94,7 @@ def simulate_plan(
     c = cat.cluster(cluster) if isinstance(cluster, str) else cluster
     st = plan.settings(settings)
     totals = plan_stage_totals(CostModel(m, c, st), plan)
-    delays = [0.0] + [t.p2p_out for t in totals[:-1]]
+    delays = [0.0] + [t.p2p_out / max(1, plan.vpp) for t in totals[:-1]]  # one hop per chunk
     tl = simulate([t.fwd for t in totals], [t.bwd for t in totals], delays, plan.num_microbatches, plan.vpp)
     sync = tuple(t.sync for t in totals)
     return Schedule(tl, tuple(totals), sync, plan.num_microbatches, max(1, plan.vpp))

@@ -201,3 +201,20 @@ def test_shipped_tables_say_where_each_runtime_term_comes_from():
 def test_roofline_runtime_has_no_host_or_latency_terms():
     rt = RuntimeParams.roofline()
     assert rt.launch_us == rt.sync_us == rt.ep_latency_us == rt.grouped_rows_half == 0.0
+
+
+@pytest.mark.parametrize("vpp", [1, 2, 4])
+def test_interleaving_sends_every_micro_batch_across_each_boundary_once_per_chunk(vpp):
+    """Megatron's interleaved schedule moves each micro-batch through every rank boundary vpp times, so a
+    stage's outgoing transfers per micro-batch are vpp single transfers; the last stage sends none."""
+    from hapmoe_milp.cost.estimate import estimate
+    from hapmoe_milp.knobs import plan_from_knobs
+
+    m, c = CAT.model("mixtral-8x7b"), CAT.cluster("64xh100")
+    st = Settings(seq_length=4096, global_batch_size=256, micro_batch_size=1)
+    plan = plan_from_knobs(m, c, st, tp=2, pp=4, ep=8, etp=1, vpp=vpp)
+    est = estimate(m, c, plan, st)
+    cm = CostModel(m, c, st)
+    one = cm.p2p("h100", plan.stages[0].cfg, 1, "h100", plan.stages[1].devices)
+    assert [t.p2p_out for t in est.totals] == pytest.approx([vpp * one] * 3 + [0.0], rel=1e-12)
+    assert all(t.tau == pytest.approx(t.fwd + t.bwd + 2 * t.p2p_out, rel=1e-12) for t in est.totals)

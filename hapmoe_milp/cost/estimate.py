@@ -63,7 +63,7 @@ def plan_stage_totals(cm: CostModel, plan: Plan) -> list[StageTotals]:
         p2p = 0.0
         if i + 1 < plan.pp:
             nxt = plan.stages[i + 1]
-            p2p = cm.p2p(s.device, s.cfg, b, nxt.device, nxt.devices)
+            p2p = cm.boundary_p2p(s.device, s.cfg, b, nxt.device, nxt.devices, plan.vpp)
         out.append(
             stage_totals(
                 cm,
@@ -100,7 +100,7 @@ def estimate(
     sync = [t.sync for t in totals]
     t_cf = pipe_cf + max(sync)
     if simulate_schedule:
-        delays = [0.0] + [t.p2p_out for t in totals[:-1]]
+        delays = [0.0] + [t.p2p_out / plan.vpp for t in totals[:-1]]  # one hop per chunk
         tl = simulate([t.fwd for t in totals], [t.bwd for t in totals], delays, M, plan.vpp)
         pipe = tl.makespan
         t_iter = max(end + y for end, y in zip(tl.stage_end, sync, strict=True))

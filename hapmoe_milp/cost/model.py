@@ -618,6 +618,15 @@ class CostModel:
         node = self.node(cur)
         return "intra" if prev_devices < node and cur_devices < node else "inter"
 
+    def boundary_p2p(
+        self, src: str, src_cfg: ParallelConfig, src_b: int, dst: str, dst_devices: int, vpp: int = 1
+    ) -> float:
+        """Transfers across a pipeline boundary per micro-batch: one (:meth:`p2p`) under plain 1F1B, one per
+        virtual chunk under the interleaved schedule (each micro-batch crosses every rank boundary ``vpp``
+        times). The interleaved schedule's wrap-around hop from the last rank back to the first is not
+        priced (a ``(vpp-1)/vpp`` share of one boundary on the last stage)."""
+        return vpp * self.p2p(src, src_cfg, src_b, dst, dst_devices)
+
     def p2p(self, src: str, src_cfg: ParallelConfig, src_b: int, dst: str, dst_devices: int) -> float:
         """One activation (or gradient) transfer across a boundary, per micro-batch, per rank.
 
