@@ -301,6 +301,36 @@ def test_deeply_nested_documents(tmp_path, suffix, depth):
     assert p.name in str(ei.value)
 
 
+def test_document_shape_walks_without_recursion():
+    """The checker itself must not crash on what some YAML parser builds (a 5,000-deep list parsed on CI)."""
+    from hapmoe_milp.specs._fields import MAX_DOCUMENT_DEPTH, _document_shape
+
+    deep: list = []
+    for _ in range(50_000):
+        deep = [deep]
+    assert _document_shape(deep)[1] > MAX_DOCUMENT_DEPTH
+    shared = [1, 2, 3]
+    assert _document_shape({"a": shared, "b": [shared, shared]}) == (1 + 4 + (1 + 4 + 4), 3)
+    cyclic: dict = {}
+    cyclic["self"] = cyclic
+    assert _document_shape(cyclic) == (2, 2)  # a recursive alias is walked once
+    # a shared sub-tree met shallow first still counts at its deepest use
+    inner: list = []
+    for _ in range(40):
+        inner = [inner]
+    outer: list = [inner]
+    for _ in range(40):
+        outer = [outer]
+    assert _document_shape([inner, outer])[1] > MAX_DOCUMENT_DEPTH
+
+
+def test_deeply_nested_document_names_the_depth(tmp_path):
+    p = tmp_path / "deep.yaml"
+    p.write_text("name: x\nnum_layers: " + "[" * 100 + "]" * 100 + "\n")
+    with pytest.raises(SpecError, match="nests deeper than"):
+        CAT.model(str(p))
+
+
 def test_deeply_nested_mapping_value():
     value: object = 1
     for _ in range(300):

@@ -24,6 +24,7 @@ _MISSING = object()
 
 MAX_FILE_BYTES = 16 << 20  # a spec, plan or preset file larger than this is not one
 MAX_DOCUMENT_VALUES = 1_000_000  # values a document may expand to (YAML aliases share, they do not copy)
+MAX_DOCUMENT_DEPTH = 64  # nesting levels; the deepest real spec (a cluster's device tables) has 6
 
 
 def show(v: Any, limit: int = 60) -> str:
@@ -80,27 +81,41 @@ def strict_json_loads(text: str) -> Any:
     return json.loads(text, object_pairs_hook=_strict_pairs, parse_constant=_no_constant)
 
 
-def _expanded_size(doc: Any) -> int:
-    """How many values ``doc`` holds once aliases are expanded (shared sub-trees counted per use)."""
-    memo: dict[int, int] = {}
+def _document_shape(doc: Any) -> tuple[int, int]:
+    """(values once aliases are expanded, nesting depth) of a parsed document, walked without recursion.
 
-    def size(v: Any) -> int:
-        if isinstance(v, dict | list):
-            key = id(v)
-            if key in memo:
-                return memo[key]
-            memo[key] = 1  # a recursive alias counts once (yaml builds such cycles)
-            items = v.values() if isinstance(v, dict) else v
-            n = 1
-            for x in items:
-                n += size(x)
-                if n > MAX_DOCUMENT_VALUES:
-                    break
-            memo[key] = n
-            return n
-        return 1
-
-    return size(doc)
+    Python's stack is the limit a hostile document hits first: a YAML parser on one platform refuses
+    5,000 nested lists, on another it builds them; a recursive walk would then crash the checker itself.
+    Shared sub-trees count once per use (an alias bomb is small on disk and huge expanded); a recursive
+    alias (YAML builds such cycles) counts once. The walk stops early once either limit is passed."""
+    if not isinstance(doc, dict | list):
+        return 1, 0
+    memo: dict[int, tuple[int, int]] = {id(doc): (1, 1)}
+    # a frame: [container, its remaining children, values so far, height so far]
+    stack: list[list[Any]] = [[doc, iter(doc.values() if isinstance(doc, dict) else doc), 1, 1]]
+    while True:
+        frame = stack[-1]
+        child = next(frame[1], _MISSING) if frame[2] <= MAX_DOCUMENT_VALUES else _MISSING
+        if child is _MISSING:
+            stack.pop()
+            memo[id(frame[0])] = (frame[2], frame[3])
+            if not stack:
+                return frame[2], frame[3]
+            stack[-1][2] += frame[2]
+            stack[-1][3] = max(stack[-1][3], frame[3] + 1)
+        elif not isinstance(child, dict | list):
+            frame[2] += 1
+        elif id(child) in memo:
+            values, height = memo[id(child)]
+            frame[2] += values
+            frame[3] = max(frame[3], height + 1)
+            if len(stack) + height > MAX_DOCUMENT_DEPTH:
+                return frame[2], len(stack) + height
+        elif len(stack) >= MAX_DOCUMENT_DEPTH:
+            return frame[2], len(stack) + 1
+        else:
+            memo[id(child)] = (1, 1)
+            stack.append([child, iter(child.values() if isinstance(child, dict) else child), 1, 1])
 
 
 def parse_text(text: str, source: str, kind: str) -> Any:
@@ -112,7 +127,10 @@ def parse_text(text: str, source: str, kind: str) -> Any:
         if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
             first = exc.problem + (f" (line {exc.problem_mark.line + 1})" if exc.problem_mark else "")
         raise SpecError(f"not valid {kind}: {first[:200]}", source=source) from None
-    if _expanded_size(doc) > MAX_DOCUMENT_VALUES:
+    values, depth = _document_shape(doc)
+    if depth > MAX_DOCUMENT_DEPTH:
+        raise SpecError(f"nests deeper than {MAX_DOCUMENT_DEPTH} levels; refusing it", source=source)
+    if values > MAX_DOCUMENT_VALUES:
         raise SpecError(
             f"expands to more than {MAX_DOCUMENT_VALUES:,} values (YAML aliases); refusing it", source=source
         )
