@@ -169,7 +169,7 @@ class _Search:
             if node.P is None:  # split the sub-problem by depth
                 node.closed = True
                 node.how = "split"
-                for P in range(1, node.sub.K + 1):
+                for P in node.sub.depths:
                     hint = node.hint if node.hint is not None and len(node.hint) == P else None
                     self.push(_Node(node.sub, P, node.bound, hint=hint))
                 continue
@@ -327,7 +327,7 @@ def _solve_exact(
         else [
             i
             for fam in fams
-            for i in build_instances(model, cluster, settings, fam, pr)  # type: ignore[arg-type]
+            for i in build_instances(model, cluster, settings, fam, pr, max_vpp=pr.max_vpp)  # type: ignore[arg-type]
         ]
     )
     counter = PruneCounter()
@@ -432,16 +432,10 @@ def _solve_auto(
     from hapmoe_milp.search.dp import solve_dp
 
     t0 = time.perf_counter()
-    # warm start in the exact backends' space: plain 1F1B plans (they build no VPP instances yet)
-    dp = solve_dp(
-        model,
-        cluster,
-        settings,
-        family=family,
-        pruning=replace(pruning or Pruning(), max_vpp=1),
-        time_limit=time_limit,
-        progress=progress,
-    )
+    pr = pruning or Pruning()
+    # every proof is over one space: all plans with at most ``max_vpp`` virtual chunks (the DP's bound)
+    exact_pr = replace(EXACT_PRUNING, max_vpp=pr.max_vpp)
+    dp = solve_dp(model, cluster, settings, family=family, pruning=pr, time_limit=time_limit, progress=progress)
     exact_solver = backend if backend in backends.NAMES else "cpsat"
     stats: dict[str, Any] = {"dp_status": dp.status, "dp_objective_s": dp.objective_s, "dp_wall_s": dp.wall_s}
 
@@ -459,7 +453,7 @@ def _solve_auto(
             settings,
             solver=exact_solver,
             family=family,
-            pruning=EXACT_PRUNING,
+            pruning=exact_pr,
             time_limit=rem,
             threads=threads,
             relative_gap=relative_gap,
@@ -484,7 +478,15 @@ def _solve_auto(
     rem = left()
     if proved_by is None and (rem is None or rem > 1.0):
         # the unpruned DP is exact over the instance: when it finishes, its optimum is the proof
-        dx = solve_dp(model, cluster, settings, family=family, pruning=Pruning.off(), time_limit=rem, name="dp-exact")
+        dx = solve_dp(
+            model,
+            cluster,
+            settings,
+            family=family,
+            pruning=replace(Pruning.off(), max_vpp=pr.max_vpp),
+            time_limit=rem,
+            name="dp-exact",
+        )
         stats.update({"dp_exact_status": dx.status, "dp_exact_wall_s": dx.wall_s})
         if dx.plan is not None and (best.plan is None or dx.objective_s < best.objective_s):
             best = dx
@@ -495,6 +497,7 @@ def _solve_auto(
             return replace(dx, solver="auto", wall_s=time.perf_counter() - t0, stats={**dx.stats, **stats})
     wall = time.perf_counter() - t0
     stats["proved_by"] = proved_by
+    stats["max_vpp"] = pr.max_vpp  # the space the certificate is about
     if best.plan is None:
         return replace(best, solver="auto", status="timeout", bound_s=bound, wall_s=wall, stats={**best.stats, **stats})
     if best is not dp and dp.plan is not None:

@@ -93,7 +93,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from hapmoe_milp.instance import Instance, Option, groups, in_group
+from hapmoe_milp.instance import Instance, Option, groups, in_group, vpp_lead
 from hapmoe_milp.plan import Plan, Stage
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "timeout"]
@@ -216,8 +216,23 @@ class SubProblem:
         self.layer_band = pr.layer_band
         self.cross_type = pr.cross_type_comm
         self.eta = pr.eta
-        infl = [inst.in_flight(k) for k in range(1, K + 2)]
-        self.in_flight_monotone = all(b >= a for a, b in itertools.pairwise(infl))
+        # interleaved (VPP) schedules: Megatron's depth rule and the rules the DP applies (a layer per
+        # virtual chunk, the MTP layers in the last rank's last chunk, the leading block of another kind in
+        # the first rank's first chunk); plain 1F1B: every stage holds a layer
+        self.vpp = v = inst.vpp
+        lead = vpp_lead(inst.model) if v > 1 else 0
+        mtp = sum(1 for x in kinds if x == "mtp")
+        self.lo_mid = v if v > 1 else 1
+        self.lo_last = max(v, v + mtp - 1) if v > 1 else 1
+        self.lo_first = max(self.lo_mid, (lead - 1) * v + 1) if v > 1 and lead else self.lo_mid
+        if v <= 1:
+            depths = range(1, K + 1)
+        elif lead is None:  # a layer pattern whose interleaved chunks do not price like the stage's range
+            depths = range(0)
+        else:
+            depths = (P for P in inst.vpp_depths() if P <= K)
+        #: the pipeline depths of this sub-problem's plans (VPP: only Megatron's, within the stage caps)
+        self.depths: tuple[int, ...] = tuple(P for P in depths if self.min_total(P) <= self.N)
         self._pre = {
             attr: np.asarray([o.prefix[attr] for o in options], dtype=np.float64).reshape(self.O, self.N + 1)
             for attr in ("fwd", "bwd", "weights", "act", "rs", "ag", "opt")
@@ -245,7 +260,41 @@ class SubProblem:
     def describe(self) -> str:
         inst = self.inst
         keys = ",".join(_key_label(k) for k in self.keys)
-        return f"{inst.family} M={inst.num_microbatches} [{keys}] ({self.O} options, up to {self.K} stages)"
+        v = f" VPP={self.vpp}" if self.vpp > 1 else ""
+        return f"{inst.family} M={inst.num_microbatches}{v} [{keys}] ({self.O} options, up to {self.K} stages)"
+
+    # ------------------------------------------------------------------ schedule rules
+    def in_flight(self, k: int, P: int) -> float:
+        """In-flight multiplier of slot ``k`` at depth ``P`` (``Instance.in_flight``; plain 1F1B ignores ``P``)."""
+        return self.inst.in_flight(k, P) if self.vpp > 1 else self.inst.in_flight(k)
+
+    def in_flight_monotone(self, P: int) -> bool:
+        """In-flight multipliers do not decrease towards the front at depth ``P`` (the symmetry cut needs it)."""
+        infl = [self.in_flight(k, P) for k in range(1, P + 1)]
+        return all(b >= a for a, b in itertools.pairwise(infl))
+
+    def min_layers(self, k: int, first: bool) -> int:
+        """Fewest layers slot ``k`` may hold (1; interleaved: ``v``, the last ``v + mtp - 1``, the first
+        enough that its first chunk holds the leading block: ``ceil(n / v) >= lead``)."""
+        lo = 1
+        if k == 1:
+            lo = max(lo, self.lo_last)
+        if first:
+            lo = max(lo, self.lo_first)
+        if k != 1 and not first:
+            lo = max(lo, self.lo_mid)
+        return lo
+
+    def min_total(self, P: int) -> int:
+        """Fewest layers a depth-``P`` plan holds (the sum of :meth:`min_layers` over its slots)."""
+        return sum(self.min_layers(k, k == P) for k in range(1, P + 1))
+
+    def admissible(self, assignment: Assignment) -> bool:
+        """Is a plan of stages (first first) of a depth and with layer counts this sub-problem allows?"""
+        P = len(assignment)
+        if P not in self.depths:
+            return False
+        return all(e - s >= self.min_layers(P - j, j == 0) for j, (_, s, e) in enumerate(assignment))
 
     # ------------------------------------------------------------------ cheap group-level bound
     def _root_bound(self) -> float:
@@ -255,14 +304,14 @@ class SubProblem:
         ``sum(tau) >= W / g_max`` with ``W`` the fewest device-seconds per layer summed over layers, and
         every layer takes at least its fastest per-layer time. Only options that can hold one layer (its
         lightest kind, at the fewest micro-batches in flight, no edges) count."""
-        if self.O == 0 or self.K < 1:
+        if self.O == 0 or not self.depths:
             return math.inf
         pre = self._pre
 
         def per_layer(attr: str) -> np.ndarray:
             return pre[attr][:, 1:] - pre[attr][:, :-1]
 
-        infl = min(self.inst.in_flight(k) for k in range(1, self.K + 1))
+        infl = min(self.in_flight(k, P) for P in self.depths for k in range(1, P + 1))
         one = (per_layer("weights") + infl * per_layer("act")).min(axis=1) + self._fixed
         usable = one <= self.cap
         if not usable.any():
@@ -430,17 +479,18 @@ class SubProblem:
             out[rows] = cm.exposed_sync(did, rs[rows], ag[rows], fwd[rows], bwd[rows], op[rows])
         return out
 
-    def arcs(self, k: int, first: bool) -> ArcSet:
-        """Arcs of slot ``k`` (first stage or not): memory-feasible, dominance-reduced."""
-        key = (k, first)
+    def arcs(self, k: int, first: bool, P: int) -> ArcSet:
+        """Arcs of slot ``k`` (first stage or not) at depth ``P``: memory-feasible, at least
+        :meth:`min_layers` layers, dominance-reduced. Plain 1F1B arcs do not depend on ``P``."""
+        key = (k, first, P if self.vpp > 1 else 0)
         if key in self._arcs:
             return self._arcs[key]
         kind = ("both" if first else "last") if k == 1 else ("first" if first else "mid")
         sv = self._static_values(kind)
         s, e = self._range_arrays(kind)
-        infl = self.inst.in_flight(k)
+        infl = self.in_flight(k, P)
         mem = sv["w"] + infl * sv["a"] + sv["fixed"]  # evaluate: w + infl * a + fixed
-        ok = sv["valid"] & (mem <= self.cap[:, None])
+        ok = sv["valid"] & (mem <= self.cap[:, None]) & ((e - s) >= self.min_layers(k, first))[None, :]
         dominated_by: dict[tuple[int, int, int], int] = {}
         if not self.cross_type:
             ok = self._dominance(ok, sv["time"], sv["sync"], s, e, dominated_by)
@@ -580,14 +630,16 @@ class DepthModel:
         N = sub.N
         slots: list[ArcSet] = []
         masks: list[np.ndarray] = []
+        lo = [0] + [sub.min_layers(k, k == P) for k in range(1, P + 1)]  # lo[k]: fewest layers of slot k
+        below = np.cumsum(lo)  # below[k]: fewest layers of slots 1..k
         for k in range(1, P + 1):
-            a = sub.arcs(k, k == P)
+            a = sub.arcs(k, k == P, P)
             slots.append(a)
-            # every other slot holds at least one layer
+            # every other slot holds at least its fewest layers (slots above k come first)
             if sub.counts:
-                m = a.n <= N - (P - 1)
+                m = a.n <= N - (int(below[P]) - lo[k])
             else:
-                m = (a.s >= P - k) & (a.e <= N - (k - 1))
+                m = (a.s >= int(below[P] - below[k])) & (a.e <= N - int(below[k - 1]))
             masks.append(m)
         self._slots = slots
         built = sum(int(m.sum()) for m in masks)
@@ -800,7 +852,7 @@ class DepthModel:
         self.stats["arcs"] = len(self.slot)
         # symmetry pairs (uniform kinds, non-decreasing in-flight): adjacent middle slots, same option
         self.symmetry: list[tuple[int, int]] = []
-        if sub.uniform and sub.in_flight_monotone and not self.closed:
+        if sub.uniform and sub.in_flight_monotone(self.P) and not self.closed:
             for k in range(2, self.P - 1):
                 here = set(self.opt[self.by_slot[k - 1]].tolist())
                 above = set(self.opt[self.by_slot[k]].tolist())
@@ -823,7 +875,7 @@ class DepthModel:
         sub = self.sub
         if sub.counts:
             s, e = 0, e - s
-        a = sub.arcs(k, k == self.P)
+        a = sub.arcs(k, k == self.P, self.P)
         i = a.dominated_by.get((i, s, e), i)
         idx = self.by_slot[k - 1]
         hit = idx[(self.opt[idx] == i) & (self.start[idx] == s) & (self.end[idx] == e)]
@@ -831,7 +883,7 @@ class DepthModel:
 
     def hint_arcs(self, assignment: Assignment) -> list[int] | None:
         """The arcs of a plan of this depth (first stage first), or None if it is not in the model."""
-        if len(assignment) != self.P or self.closed:
+        if len(assignment) != self.P or self.closed or not self.sub.admissible(assignment):
             return None
         out = []
         for j, (i, s, e) in enumerate(assignment):
@@ -888,7 +940,7 @@ def plan_of(sub: SubProblem, assignment: Assignment) -> Plan:
 def assignment_of(sub: SubProblem, plan: Plan) -> Assignment | None:
     """Map a plan (e.g. the DP's) onto this sub-problem's options, or None if it is not in it."""
     inst = sub.inst
-    if plan.family != inst.family or plan.pp > sub.K or not plan.stages:
+    if plan.family != inst.family or plan.pp not in sub.depths or not plan.stages:
         return None
     if plan.samples_per_microbatch != inst.samples_per_mb or plan.vpp != inst.vpp:
         return None
@@ -899,7 +951,7 @@ def assignment_of(sub: SubProblem, plan: Plan) -> Assignment | None:
         if i is None:
             return None
         out.append((i, s.layer_start, s.layer_end))
-    if len({int(sub.gid[i]) for i, _, _ in out}) != 1:
+    if len({int(sub.gid[i]) for i, _, _ in out}) != 1 or not sub.admissible(out):
         return None
     return out
 
@@ -919,7 +971,7 @@ def evaluate_assignment(sub: SubProblem, assignment: Assignment) -> tuple[float,
             nxt = sub.options[assignment[j + 1][0]]
             node = sub.node[nxt.device]
             p2p = inst.p2p(o, nxt.device, 1 if nxt.devices < node else node)
-        ev = inst.evaluate(o, s, e, from_end=P - j, first=j == 0, p2p=p2p)
+        ev = inst.evaluate(o, s, e, from_end=P - j, first=j == 0, p2p=p2p, pp=P)
         fits = fits and ev.memory <= o.capacity
         taus.append(ev.tau)
         syncs.append(ev.sync)
@@ -932,7 +984,7 @@ def subproblems(inst: Instance, keys_list: Sequence[Sequence[tuple]]) -> list[Su
     out = []
     for keys in keys_list:
         sp = SubProblem(inst, keys, by_key)
-        if sp.O and sp.K >= 1:
+        if sp.O and sp.depths:
             out.append(sp)
     return out
 
