@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -470,6 +471,36 @@ def test_symmetry_cut_under_interleaving(catalog):
                 assert res.stats["symmetry_cuts"] > 0
         checked += 1
     assert checked >= 1
+
+
+def test_interleaved_copies_reuse_their_base_subproblem(catalog):
+    """``subproblems(..., shared)`` builds an interleaved instance's sub-problems from its plain base's
+    (same options): depths, root bound, arcs and depth models equal those built from scratch."""
+    from hapmoe_milp.search.formulation import subproblems
+
+    model = tiny_model((0, 1, 1, 1, 1, 1, 1, 1), mtp=1)
+    cluster = tiny_cluster(catalog, [("h800", 2, 3.0), ("910b", 2, None)])
+    insts = list(build_instances(model, cluster, _settings(8), "megatron", OFF, max_vpp=4))
+    shared: dict = {}
+    plain: dict = {}
+    reused = 0
+    for inst in insts:
+        parts = [[k] for k in group_keys(inst)]
+        for a, b in zip(subproblems(inst, parts, shared), subproblems(inst, parts), strict=True):
+            assert a.inst is b.inst and a.vpp == b.vpp == inst.vpp
+            key = (inst.samples_per_mb, tuple(a.keys))
+            if inst.vpp == 1:
+                plain[key] = a
+            else:  # the per-range coefficients are the plain sub-problem's, not recomputed
+                assert a._static is plain[key]._static and a._arcs is not plain[key]._arcs
+                reused += 1
+            assert a.depths == b.depths and a.root_bound == b.root_bound
+            for P in a.depths:
+                da, db = DepthModel(a, P, math.inf), DepthModel(b, P, math.inf)
+                assert da.closed == db.closed and da.bound == db.bound
+                for f in ("slot", "opt", "start", "end", "time", "sync"):
+                    assert np.array_equal(getattr(da, f), getattr(db, f))
+    assert reused > 0
 
 
 @pytest.mark.parametrize("solver", ["cpsat", "milp"])

@@ -4,12 +4,19 @@ The model itself is :mod:`hapmoe_milp.search.formulation` (arcs, cuts, and why e
 backends translate it (:mod:`hapmoe_milp.search.backends`). This module decides what to solve, in which
 order, and what has been proved.
 
-Decomposition. An instance (one micro-batch step) splits into sub-problems per family group key
-(``split='group'``, default: the mesh for ``megatron``, the same CP and "EP on or off" for ``hetero``;
-``split='instance'`` keeps one sub-problem per instance with group-selection booleans), and each
-sub-problem splits into one model per pipeline depth ``P``. Fixing the depth makes every slot's
-in-flight count, edges and first-stage rule constants, so arcs carry exact times and memory, and it is
-what lets the covering (suffix) bounds see the integrality of the layer counts.
+Space. The exact solvers search what the DP searches: the instances of ``build_instances`` with the
+same ``max_vpp`` (``pruning.max_vpp``; :data:`EXACT_PRUNING` keeps the default 8), so the megatron family
+includes interleaved (VPP) plans, and ``auto``'s certificate (exact backend or unpruned DP) is about
+that one space (``stats['max_vpp']``).
+
+Decomposition. An instance (one micro-batch step and schedule) splits into sub-problems per family
+group key (``split='group'``, default: the mesh for ``megatron``, the same CP and "EP on or off" for
+``hetero``; ``split='instance'`` keeps one sub-problem per instance with group-selection booleans), and
+each sub-problem splits into one model per allowed pipeline depth ``P`` (``SubProblem.depths``: every
+depth up to the stage caps, interleaved only Megatron's). Fixing the depth makes every slot's in-flight
+count (interleaved: it grows with ``P``), edges and first-stage rule constants, so arcs carry exact
+times and memory, and it is what lets the covering (suffix) bounds see the integrality of the layer
+counts.
 
 Best-first search with a shared incumbent. Every node (a sub-problem, then a depth) carries a valid
 lower bound: a sub-problem starts with the DP's root bound; a depth model's bound comes from its
@@ -259,8 +266,10 @@ def solve(
     ``solver='auto'`` runs the pruned DP first (``pruning`` applies to it), then ``backend`` (CP-SAT by
     default; ``backend='milp'`` for the MILP) over the exact space warm-started from the DP plan, and,
     if that did not prove optimality and time is left, the unpruned DP as a second proof; the result
-    says which one proved it (``stats['proved_by']``). ``pruning`` defaults to :data:`EXACT_PRUNING` for
-    the exact solvers. ``backend`` selects the MILP solver (``highs`` default, ``cbc``) for
+    says which one proved it (``stats['proved_by']``); all three search plans with up to
+    ``pruning.max_vpp`` virtual chunks (``stats['max_vpp']``). ``pruning`` defaults to
+    :data:`EXACT_PRUNING` for the exact solvers; its ``max_vpp`` bounds their interleaved instances as it
+    bounds the DP's. ``backend`` selects the MILP solver (``highs`` default, ``cbc``) for
     ``solver='milp'``. ``split`` is ``'group'`` (default) or ``'instance'``. ``progress`` is called per
     depth model (at most every 0.2 s). Extra ``options`` go to the backend (e.g. ``resolution_s``).
     """
@@ -333,12 +342,13 @@ def _solve_exact(
     counter = PruneCounter()
     search = _Search(solver, mod, deadline, progress)
     subs: list[SubProblem] = []
+    shared: dict[tuple, SubProblem] = {}  # interleaved copies share their base instance's sub-problem data
     for inst in insts:
         for rule, cnt in inst.counter.counts.items():
             counter.add(rule, cnt)
         keys = group_keys(inst)
         parts = [[k] for k in keys] if (split or "group") == "group" else [keys]
-        subs.extend(subproblems(inst, parts))
+        subs.extend(subproblems(inst, parts, shared))
     hint_plan = hint.plan if isinstance(hint, Solution) else hint
     warm = False
     roots = []
@@ -428,7 +438,7 @@ def _solve_auto(
     **options: Any,
 ) -> Solution:
     """A certificate: the pruned DP for a fast plan, the exact backend for the proof, the unpruned DP as
-    a second proof if the first did not close in time."""
+    a second proof if the first did not close in time -- all over plans with up to ``max_vpp`` chunks."""
     from hapmoe_milp.search.dp import solve_dp
 
     t0 = time.perf_counter()
