@@ -161,7 +161,7 @@ def test_exact_solvers_match_unpruned_dp_with_vpp(vpp_agreement, i):
         ref1 = solve_dp(model, cluster, st_, family=family, pruning=plain)
         for solver in ("cpsat", "milp"):
             sol = exact.solve(model, cluster, st_, solver=solver, family=family, pruning=plain, threads=2)
-            assert sol.status == "optimal" and sol.plan.vpp == 1
+            assert sol.status == "optimal" and sol.plan.vpp == 1 and sol.stats["max_vpp"] == 1
             assert sol.objective_s == pytest.approx(ref1.objective_s, rel=1e-6)
             assert sol.objective_s > ref.objective_s * (1 + 1e-6)
 

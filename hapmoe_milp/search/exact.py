@@ -384,6 +384,7 @@ def _solve_exact(
         "relaxed_open": len(search.relaxed),
         "max_arcs": search.max_arcs,
         "pruning": pr.to_dict(),
+        "max_vpp": pr.max_vpp,  # the space searched: plain and interleaved plans up to this many chunks
         "warm_start": warm,
     }
     stats.update(mod.describe_scaling(options))
