@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from hapmoe_milp.config import Settings
@@ -46,10 +45,13 @@ def dp_exact_work(model: ModelSpec, cluster: ClusterSpec, settings: Settings, fa
     states = math.prod(v + 1 for v in inv.values())
     k = min(n, sum(inv.values()))
     work = 0.0
+    pr = Pruning.off()
     for fam in families(family):
-        for inst in build_instances(model, cluster, settings, fam, Pruning.off()):
+        for inst in build_instances(model, cluster, settings, fam, pr, max_vpp=pr.max_vpp):
             biggest = max((len(g) for g in groups(inst).values()), default=0)
-            work += n * n * k * biggest * states / 2
+            # an interleaved instance is searched at its allowed depths only (the deepest sets the slots)
+            slots = k if inst.vpp <= 1 else max((p for p in inst.vpp_depths() if p <= k), default=0)
+            work += n * n * slots * biggest * states / 2
     return work
 
 
@@ -100,10 +102,9 @@ def _run(
     from hapmoe_milp.search import exact
     from hapmoe_milp.search.dp import solve_dp
 
-    # the exact solvers search plain 1F1B plans only (no VPP instances yet): compare on that space
-    plain = {"max_vpp": 1}
+    # every solver searches the same space: plain and interleaved plans up to Pruning's max_vpp
     if name == "dp":
-        return solve_dp(model, cluster, settings, family=family, pruning=Pruning(**plain), time_limit=time_limit)
+        return solve_dp(model, cluster, settings, family=family, pruning=Pruning(), time_limit=time_limit)
     if name == "dp-exact":
         work = dp_exact_work(model, cluster, settings, family)
         limit = float(options.get("dp_exact_max_work", DP_EXACT_MAX_WORK))
@@ -114,7 +115,7 @@ def _run(
             cluster,
             settings,
             family=family,
-            pruning=replace(Pruning.off(), **plain),
+            pruning=Pruning.off(),
             time_limit=time_limit,
             name="dp-exact",
         )

@@ -102,7 +102,8 @@ class _MegatronQueue:
     :class:`SubProblem` s only when searched: with VPP a large cluster has hundreds of thousands.
 
     A group is one mesh and recompute level with one option per device type. Its bound prices only the
-    model's main layer kind, without recompute (recompute only adds time): the ``n`` main-kind layers take
+    model's main layer kind, its time without recompute (recompute only adds time), its memory at the
+    group's recompute level (recompute only removes activations): the ``n`` main-kind layers take
     at least ``T = n * t_min`` summed over stages, the slowest of at most ``P`` stages at least ``T / P``,
     and at least the time ``T*`` at which the cluster's devices can hold and process them at all (each
     device of type ``t`` takes at most ``min(T / w_t, cap_t / (m_t * g))`` layers, ``w_t`` its
@@ -149,7 +150,10 @@ class _MegatronQueue:
                 best = min(best, c.fwd + c.bwd)
                 j = tix[o.device]
                 w[i, j] = (c.fwd + c.bwd) * o.devices
-                wt[i, j], ac[i, j], cap[i, j], work[i, j] = c.weights, c.act, o.capacity, c.work
+                # memory at the group's own recompute level: recompute adds time but keeps fewer
+                # activations, so pricing them without it would overstate memory (and the bound)
+                r = cm.layer(o.device, o.cfg, o.b, main, o.recompute)  # type: ignore[arg-type]
+                wt[i, j], ac[i, j], cap[i, j], work[i, j] = r.weights, r.act, o.capacity, r.work
             tt[i] = n_main * best
             gg[i] = opts[0].devices
         hit = self.base_groups[key] = (first, tt, gg, w, wt, ac, cap, n_main, work)

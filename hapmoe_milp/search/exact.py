@@ -4,12 +4,19 @@ The model itself is :mod:`hapmoe_milp.search.formulation` (arcs, cuts, and why e
 backends translate it (:mod:`hapmoe_milp.search.backends`). This module decides what to solve, in which
 order, and what has been proved.
 
-Decomposition. An instance (one micro-batch step) splits into sub-problems per family group key
-(``split='group'``, default: the mesh for ``megatron``, the same CP and "EP on or off" for ``hetero``;
-``split='instance'`` keeps one sub-problem per instance with group-selection booleans), and each
-sub-problem splits into one model per pipeline depth ``P``. Fixing the depth makes every slot's
-in-flight count, edges and first-stage rule constants, so arcs carry exact times and memory, and it is
-what lets the covering (suffix) bounds see the integrality of the layer counts.
+Space. The exact solvers search what the DP searches: the instances of ``build_instances`` with the
+same ``max_vpp`` (``pruning.max_vpp``; :data:`EXACT_PRUNING` keeps the default 8), so the megatron family
+includes interleaved (VPP) plans, and ``auto``'s certificate (exact backend or unpruned DP) is about
+that one space (``stats['max_vpp']``).
+
+Decomposition. An instance (one micro-batch step and schedule) splits into sub-problems per family
+group key (``split='group'``, default: the mesh for ``megatron``, the same CP and "EP on or off" for
+``hetero``; ``split='instance'`` keeps one sub-problem per instance with group-selection booleans), and
+each sub-problem splits into one model per allowed pipeline depth ``P`` (``SubProblem.depths``: every
+depth up to the stage caps, interleaved only Megatron's). Fixing the depth makes every slot's in-flight
+count (interleaved: it grows with ``P``), edges and first-stage rule constants, so arcs carry exact
+times and memory, and it is what lets the covering (suffix) bounds see the integrality of the layer
+counts.
 
 Best-first search with a shared incumbent. Every node (a sub-problem, then a depth) carries a valid
 lower bound: a sub-problem starts with the DP's root bound; a depth model's bound comes from its
@@ -169,7 +176,7 @@ class _Search:
             if node.P is None:  # split the sub-problem by depth
                 node.closed = True
                 node.how = "split"
-                for P in range(1, node.sub.K + 1):
+                for P in node.sub.depths:
                     hint = node.hint if node.hint is not None and len(node.hint) == P else None
                     self.push(_Node(node.sub, P, node.bound, hint=hint))
                 continue
@@ -259,8 +266,10 @@ def solve(
     ``solver='auto'`` runs the pruned DP first (``pruning`` applies to it), then ``backend`` (CP-SAT by
     default; ``backend='milp'`` for the MILP) over the exact space warm-started from the DP plan, and,
     if that did not prove optimality and time is left, the unpruned DP as a second proof; the result
-    says which one proved it (``stats['proved_by']``). ``pruning`` defaults to :data:`EXACT_PRUNING` for
-    the exact solvers. ``backend`` selects the MILP solver (``highs`` default, ``cbc``) for
+    says which one proved it (``stats['proved_by']``); all three search plans with up to
+    ``pruning.max_vpp`` virtual chunks (``stats['max_vpp']``). ``pruning`` defaults to
+    :data:`EXACT_PRUNING` for the exact solvers; its ``max_vpp`` bounds their interleaved instances as it
+    bounds the DP's. ``backend`` selects the MILP solver (``highs`` default, ``cbc``) for
     ``solver='milp'``. ``split`` is ``'group'`` (default) or ``'instance'``. ``progress`` is called per
     depth model (at most every 0.2 s). Extra ``options`` go to the backend (e.g. ``resolution_s``).
     """
@@ -327,18 +336,19 @@ def _solve_exact(
         else [
             i
             for fam in fams
-            for i in build_instances(model, cluster, settings, fam, pr)  # type: ignore[arg-type]
+            for i in build_instances(model, cluster, settings, fam, pr, max_vpp=pr.max_vpp)  # type: ignore[arg-type]
         ]
     )
     counter = PruneCounter()
     search = _Search(solver, mod, deadline, progress)
     subs: list[SubProblem] = []
+    shared: dict[tuple, SubProblem] = {}  # interleaved copies share their base instance's sub-problem data
     for inst in insts:
         for rule, cnt in inst.counter.counts.items():
             counter.add(rule, cnt)
         keys = group_keys(inst)
         parts = [[k] for k in keys] if (split or "group") == "group" else [keys]
-        subs.extend(subproblems(inst, parts))
+        subs.extend(subproblems(inst, parts, shared))
     hint_plan = hint.plan if isinstance(hint, Solution) else hint
     warm = False
     roots = []
@@ -374,6 +384,7 @@ def _solve_exact(
         "relaxed_open": len(search.relaxed),
         "max_arcs": search.max_arcs,
         "pruning": pr.to_dict(),
+        "max_vpp": pr.max_vpp,  # the space searched: plain and interleaved plans up to this many chunks
         "warm_start": warm,
     }
     stats.update(mod.describe_scaling(options))
@@ -428,20 +439,14 @@ def _solve_auto(
     **options: Any,
 ) -> Solution:
     """A certificate: the pruned DP for a fast plan, the exact backend for the proof, the unpruned DP as
-    a second proof if the first did not close in time."""
+    a second proof if the first did not close in time -- all over plans with up to ``max_vpp`` chunks."""
     from hapmoe_milp.search.dp import solve_dp
 
     t0 = time.perf_counter()
-    # warm start in the exact backends' space: plain 1F1B plans (they build no VPP instances yet)
-    dp = solve_dp(
-        model,
-        cluster,
-        settings,
-        family=family,
-        pruning=replace(pruning or Pruning(), max_vpp=1),
-        time_limit=time_limit,
-        progress=progress,
-    )
+    pr = pruning or Pruning()
+    # every proof is over one space: all plans with at most ``max_vpp`` virtual chunks (the DP's bound)
+    exact_pr = replace(EXACT_PRUNING, max_vpp=pr.max_vpp)
+    dp = solve_dp(model, cluster, settings, family=family, pruning=pr, time_limit=time_limit, progress=progress)
     exact_solver = backend if backend in backends.NAMES else "cpsat"
     stats: dict[str, Any] = {"dp_status": dp.status, "dp_objective_s": dp.objective_s, "dp_wall_s": dp.wall_s}
 
@@ -459,7 +464,7 @@ def _solve_auto(
             settings,
             solver=exact_solver,
             family=family,
-            pruning=EXACT_PRUNING,
+            pruning=exact_pr,
             time_limit=rem,
             threads=threads,
             relative_gap=relative_gap,
@@ -484,7 +489,15 @@ def _solve_auto(
     rem = left()
     if proved_by is None and (rem is None or rem > 1.0):
         # the unpruned DP is exact over the instance: when it finishes, its optimum is the proof
-        dx = solve_dp(model, cluster, settings, family=family, pruning=Pruning.off(), time_limit=rem, name="dp-exact")
+        dx = solve_dp(
+            model,
+            cluster,
+            settings,
+            family=family,
+            pruning=replace(Pruning.off(), max_vpp=pr.max_vpp),
+            time_limit=rem,
+            name="dp-exact",
+        )
         stats.update({"dp_exact_status": dx.status, "dp_exact_wall_s": dx.wall_s})
         if dx.plan is not None and (best.plan is None or dx.objective_s < best.objective_s):
             best = dx
@@ -495,6 +508,7 @@ def _solve_auto(
             return replace(dx, solver="auto", wall_s=time.perf_counter() - t0, stats={**dx.stats, **stats})
     wall = time.perf_counter() - t0
     stats["proved_by"] = proved_by
+    stats["max_vpp"] = pr.max_vpp  # the space the certificate is about
     if best.plan is None:
         return replace(best, solver="auto", status="timeout", bound_s=bound, wall_s=wall, stats={**best.stats, **stats})
     if best is not dp and dp.plan is not None:

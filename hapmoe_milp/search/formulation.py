@@ -6,11 +6,24 @@ module reads only the instance's coefficients (per-option prefix sums, edges, ca
 ``coefficients`` and ``in_flight``) and combines them exactly as ``Instance.evaluate`` does (a test pins
 that every arc equals ``evaluate``).
 
-Decomposition. A *sub-problem* is one instance (micro-batch step) and one family group key (the rules
-that tie stages together, ``instance.group_key``); a :class:`DepthModel` fixes its pipeline depth ``P``
-too. Slots count from the end (slot 1 = last stage, slot ``P`` = first), so every slot's in-flight
-multiplier ``inst.in_flight(k)``, whether it carries the embedding (slot ``P``) or the head (slot 1),
-and which options may be first (``dp == first_dp``) are constants.
+Decomposition. A *sub-problem* is one instance (micro-batch step and schedule: plain 1F1B or ``vpp``
+interleaved chunks) and one family group key (the rules that tie stages together,
+``instance.group_key``); a :class:`DepthModel` fixes its pipeline depth ``P`` too. Slots count from the
+end (slot 1 = last stage, slot ``P`` = first), so every slot's in-flight multiplier
+``inst.in_flight(k, P)``, whether it carries the embedding (slot ``P``) or the head (slot 1), and which
+options may be first (``dp == first_dp``) are constants.
+
+Interleaved (VPP) sub-problems. ``build_instances(..., max_vpp)`` yields, for the megatron family, one
+instance per ``vpp = 2..max_vpp`` over the same options; only their coefficients (``alpha = 1/v``,
+``beta = M - 1/v``) and in-flight rule differ. Their depths are ``Instance.vpp_depths()`` (``P > 1``,
+``M % P == 0``, ``P v <= layers``) within the stage caps (:attr:`SubProblem.depths`), none at all when
+the layer pattern's chunks would not price like the stage's range (``vpp_lead`` is None). Interleaved
+warm-up grows with ``P`` (``2(k-1) + (v-1)P + 1`` chunks of ``1/v`` of the stage), so arc sets are
+built per (slot, depth): memory ``w + in_flight(k, P) a + fixed``. The rules the DP enforces are arc
+filters on the layer count ``n`` (:meth:`SubProblem.min_layers`): every stage ``n >= v`` (a layer per
+virtual chunk), the last ``n >= v + mtp - 1`` (its MTP layers in its last chunk), the first
+``ceil(n / v) >= lead`` (the leading block of another kind in the first chunk). A plan of this space is
+exactly one of the DP's (tests/test_search_dp.py brute-forces the DP's VPP space).
 
 Variables (the tight formulation). One binary per *arc* ``x[a]``, ``a = (slot k, option o, layer range)``:
 slot ``k`` runs option ``o`` on that range. When every layer has the same kind (Mixtral, Qwen3) a range
@@ -22,8 +35,10 @@ an arc's stage time, memory and exposed sync are constants, so:
 
 - *disaggregated per-option counts*: an arc is the product ``n z[k,o]`` of the classic formulation
   resolved into one binary per value, the strongest (convex-hull) form of ``n[k,o] <= N z[k,o]``;
-- memory is enforced by which arcs exist: an arc that does not fit its slot's capacity is never built
-  (exact: its memory is a constant);
+- memory is enforced by which arcs exist: an arc that does not fit its slot's capacity (at the model's
+  depth) is never built (exact: its memory is a constant); likewise an arc with fewer layers than its
+  slot's minimum, and the other slots' minima bound each arc's position (``s >=`` the layers of the
+  slots before it, ``e <= N -`` those after it);
 - ``sum_{a in slot k} x[a] = 1``; devices per type ``sum g[a] x[a] <= inventory``; stage time
   ``tau[k] >= sum time[a] x[a] + 2 p[k]``; the p2p ``p[k] >= sum p2p[o(a), j] x[a]`` whenever slot
   ``k-1`` is of link class ``j``; ``tau_max >= tau[k]``; ``sigma >= sum sync[a] x[a]``; objective
@@ -32,8 +47,12 @@ an arc's stage time, memory and exposed sync are constants, so:
   the end without straddling a node (``instance.aligned``), optional one-size-per-type
   (``uniform_stage_size``, ``large_cluster``); megatron groups have one mesh per group key.
 
-Why each reduction and cut is valid (it removes no plan that beats the cutoff; a test checks every one
-against brute-force depth optima):
+Why each reduction and cut is valid (it removes no plan that beats the cutoff; tests check every one
+against brute-force depth optima, plain and interleaved). Every argument below uses only that an arc's
+time, sync and memory are constants of (slot, depth), that layer counts are at least the slots' minima,
+and the objective ``alpha sum tau + beta tau_max + sigma`` with ``alpha, beta >= 0``; all three hold for
+interleaved depth models (with ``alpha = 1/v``), so each reduction carries over; where one needs more,
+it says so:
 
 - *Sub-problem root bound* (before any depth is built): every layer needs at least ``w_t``
   device-seconds on device type ``t`` (the cheapest option there that can hold a layer), so the cluster
@@ -42,16 +61,21 @@ against brute-force depth optima):
   smallest ``T`` at which the inventory can hold every layer at all, another floor on ``tau_max``; and
   ``sum tau`` is at least the fewest device-seconds over the largest stage and the sum of each layer's
   fastest time. Every relaxation there (edges, p2p, slot positions, stage count ignored) only lowers it.
+  Memory there uses the fewest micro-batches in flight over every slot of every allowed depth (for VPP
+  the smallest depth's last slot, ``in_flight`` grows with both), and the per-slot layer minima are
+  ignored: both only enlarge what a stage may hold.
 - *Objective cutoff* ``obj <= cutoff`` (the incumbent): sub-problems are solved to prove that nothing
   beats it. With lower bounds ``tau_lo`` on ``tau_max``, ``S`` on ``sum tau`` and ``sigma_lo`` on
   ``sigma``, an arc of (p2p-cheapest) stage time ``t`` and sync ``y`` in slot ``k`` is in no plan under
   the cutoff if ``beta max(tau_lo, t) + alpha max(S, t + R_k) + max(sigma_lo, y) > cutoff``, where
-  ``R_k`` sums the other slots' smallest stage times; such arcs are not built.
+  ``R_k`` sums the other slots' smallest stage times; such arcs are not built. (Only the objective's
+  form and ``alpha, beta >= 0`` are used, so it holds for ``alpha = 1/v`` alike.)
 - *Arc dominance*: of two arcs in one slot with the same device type, size, link class, group and layer
   range, one no worse in time, sync and p2p towards every class can replace the other in any plan
   (inventory, layout, memory -- both fit -- and every other stage unchanged), so the worse one is
   dropped (ties keep the lower option index). Off when the cross-type p2p rule is on (it could forbid
-  the better arc).
+  the better arc). Interleaved: dominance is decided within one (slot, depth) arc set, where both arcs
+  fit at that depth's in-flight count, and the VPP rules depend only on the (shared) range.
 - *Suffix bounds* (the DP's remaining-layer/remaining-time and memory bounds, per slot): slots
   ``1..k-1`` and ``k+1..P`` can hold at most ``cover(u)`` layers on ``u`` devices per type (a DP over
   devices per type; each slot contributes the most layers any of its surviving arcs of that type and
@@ -60,8 +84,9 @@ against brute-force depth optima):
   (probing). The smallest stage time at which the surviving arcs still cover all ``N`` layers is
   ``tau_lo``; the smallest sync at which they do is ``sigma_lo`` (bottleneck bisections; the layer
   counts' integrality and the inventory are what make them strong). Relaxations used there (cheapest
-  p2p, layout rules ignored) only make the covering larger. Filter, probe and bounds repeat to a
-  fixpoint.
+  p2p, layout rules ignored, each slot's minimum layer count ignored) only make the covering larger.
+  Memory enters only through which arcs exist, and those are the depth's own (interleaved in-flight at
+  that ``P``), so the covering is valid per depth. Filter, probe and bounds repeat to a fixpoint.
 - *Sum bound* (Lagrangian): for any ``lam``, ``sum tau = lam N + sum_k (tau_k - lam n_k)``, and a min-plus
   DP over devices per type of each slot's cheapest ``time - lam n`` bounds the second term; a few
   ``lam`` around the balanced per-layer time are tried. ``S`` is the best of that, ``tau_lo + R`` and
@@ -69,8 +94,11 @@ against brute-force depth optima):
 - *Symmetry* (uniform layer kinds only): two adjacent middle slots ``k, k+1`` with the same option,
   when slot ``k-1`` has that option's link class, have the same p2p, so swapping their layer counts
   swaps their stage times and syncs (sum and max unchanged); in-flight memory does not decrease towards
-  the front (checked on ``inst.in_flight``), so moving the larger count to slot ``k`` still fits. Hence
-  ``n[k+1] <= n[k]`` loses no objective value.
+  the front (checked per depth on ``inst.in_flight(k, P)``: plain ``min(M, k)``, interleaved
+  ``min(Mv, 2(k-1) + (v-1)P + 1) / v``, both non-decreasing in ``k`` at a fixed ``P``), so moving the
+  larger count to slot ``k`` still fits, and the smaller count fits wherever the larger did (memory grows
+  with the count). Middle slots share one minimum layer count (``v`` or 1), so the swapped counts keep
+  it. Hence ``n[k+1] <= n[k]`` loses no objective value.
 - *Depth bound*: ``beta tau_lo + alpha S + sigma_lo`` bounds every plan of this depth under the cutoff;
   a depth whose bound reaches the cutoff, or whose slots lose every arc, is closed without a model.
 
@@ -79,12 +107,16 @@ enumerate, arcs are indexed by count and a middle stage is priced at the cheapes
 layers (each of time, sync and memory minimised separately; the first and last stage's windows are
 fixed). That is a relaxation: its bounds are valid, the plans it decodes are re-priced exactly
 (``evaluate_assignment``) before they count, and its optimum never closes a depth unless the cutoff does.
+The VPP layer minima apply to the count, exactly (they concern counts only; the first stage's window is
+fixed, so its leading-block rule is exact too).
 
-CP-SAT scales times to integers (see :mod:`hapmoe_milp.search.cpsat`); the MILP uses them as reals.
+CP-SAT scales times to integers and the (interleaved: fractional) pipeline coefficients by their
+common denominator ``v`` (see :mod:`hapmoe_milp.search.cpsat`); the MILP uses both as reals.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from collections.abc import Sequence
@@ -93,7 +125,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from hapmoe_milp.instance import Instance, Option, groups, in_group
+from hapmoe_milp.instance import Instance, Option, groups, in_group, vpp_lead
 from hapmoe_milp.plan import Plan, Stage
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "timeout"]
@@ -145,8 +177,10 @@ class ArcSet:
 class SubProblem:
     """One (instance, group keys) sub-problem: options, link classes, layout rules and per-slot arcs.
 
-    Everything here is independent of the pipeline depth and of the cutoff; :meth:`depth_model` builds
-    the model of one depth under a cutoff. Arc sets are computed once per slot and cached.
+    Everything here is independent of the cutoff; :meth:`depth_model` builds the model of one depth
+    under a cutoff. Arc sets are computed once per slot (interleaved: per slot and depth, whose in-flight
+    count they depend on) and cached; per-range coefficients are shared by the interleaved copies
+    (:meth:`for_schedule`).
     """
 
     def __init__(self, inst: Instance, keys: Sequence[tuple], by_key: dict[tuple, list[Option]] | None = None) -> None:
@@ -195,7 +229,6 @@ class SubProblem:
             dtype=np.float64,
         ).reshape(self.O, len(classes))
         self.pmin = self.p2p.min(axis=1) if self.O else np.zeros(0)
-        self.alpha, self.beta = inst.coefficients
         self.contiguous = inst.family == "hetero" and len(self.types) > 1
         total = sum(self.inv)
         self.same_size = pr.uniform_stage_size or (inst.family == "hetero" and 0 < pr.large_cluster < total)
@@ -216,8 +249,6 @@ class SubProblem:
         self.layer_band = pr.layer_band
         self.cross_type = pr.cross_type_comm
         self.eta = pr.eta
-        infl = [inst.in_flight(k) for k in range(1, K + 2)]
-        self.in_flight_monotone = all(b >= a for a, b in itertools.pairwise(infl))
         self._pre = {
             attr: np.asarray([o.prefix[attr] for o in options], dtype=np.float64).reshape(self.O, self.N + 1)
             for attr in ("fwd", "bwd", "weights", "act", "rs", "ag", "opt")
@@ -230,8 +261,7 @@ class SubProblem:
                 )
         self._fixed = np.asarray([o.fixed for o in options], dtype=np.float64)
         self._ranges: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._static: dict[str, dict[str, np.ndarray]] = {}
-        self._arcs: dict[tuple[int, bool], ArcSet] = {}
+        self._static: dict[str, dict[str, np.ndarray]] = {}  # shared by every schedule's copy
         #: mixed layer kinds with too many (option, layer range) pairs to enumerate: arcs are indexed by
         #: layer count and a middle stage is priced at its cheapest window (a relaxation: bounds only)
         self.relaxed = not self.uniform and self.O * (self.N - 1) * (self.N - 2) // 2 > _ARC_CAP
@@ -239,13 +269,84 @@ class SubProblem:
         self.counts = self.uniform or self.relaxed
         #: too many even by count: the sub-problem keeps its root bound only
         self.too_large = self.O * self.N > _COUNT_CAP
+        self._set_schedule(inst)
+
+    def _set_schedule(self, inst: Instance) -> None:
+        """What depends on the schedule (plain or ``vpp`` chunks): coefficients, depths, the layer minima,
+        arcs (memory at the depth's in-flight count) and the root bound."""
+        self.inst = inst
+        self.alpha, self.beta = inst.coefficients
+        K = self.K
+        kinds = inst.layer_kinds
+        # interleaved (VPP) schedules: Megatron's depth rule and the rules the DP applies (a layer per
+        # virtual chunk, the MTP layers in the last rank's last chunk, the leading block of another kind in
+        # the first rank's first chunk); plain 1F1B: every stage holds a layer
+        self.vpp = v = inst.vpp
+        lead = vpp_lead(inst.model) if v > 1 else 0
+        mtp = sum(1 for x in kinds if x == "mtp")
+        self.lo_mid = v if v > 1 else 1
+        self.lo_last = max(v, v + mtp - 1) if v > 1 else 1
+        self.lo_first = max(self.lo_mid, (lead - 1) * v + 1) if v > 1 and lead else self.lo_mid
+        if v <= 1:
+            depths = range(1, K + 1)
+        elif lead is None:  # a layer pattern whose interleaved chunks do not price like the stage's range
+            depths = range(0)
+        else:
+            depths = (P for P in inst.vpp_depths() if P <= K)
+        #: the pipeline depths of this sub-problem's plans (VPP: only Megatron's, within the stage caps)
+        self.depths: tuple[int, ...] = tuple(P for P in depths if self.min_total(P) <= self.N)
+        self._arcs: dict[tuple[int, bool, int], ArcSet] = {}
         self.root_bound = self._root_bound()
+
+    def for_schedule(self, inst: Instance) -> SubProblem:
+        """This sub-problem for another schedule of the same options (an interleaved copy of its instance,
+        ``build_instances``' ``replace(base, vpp=v)``): the options, link classes, layout rules and
+        per-range coefficients are shared, so only the schedule's part is rebuilt."""
+        if inst.options is not self.inst.options or inst.samples_per_mb != self.inst.samples_per_mb:
+            raise ValueError("for_schedule needs an instance over the same options")
+        out = copy.copy(self)
+        out._set_schedule(inst)
+        return out
 
     # ------------------------------------------------------------------ labels
     def describe(self) -> str:
         inst = self.inst
         keys = ",".join(_key_label(k) for k in self.keys)
-        return f"{inst.family} M={inst.num_microbatches} [{keys}] ({self.O} options, up to {self.K} stages)"
+        v = f" VPP={self.vpp}" if self.vpp > 1 else ""
+        return f"{inst.family} M={inst.num_microbatches}{v} [{keys}] ({self.O} options, up to {self.K} stages)"
+
+    # ------------------------------------------------------------------ schedule rules
+    def in_flight(self, k: int, P: int) -> float:
+        """In-flight multiplier of slot ``k`` at depth ``P`` (``Instance.in_flight``; plain 1F1B ignores ``P``)."""
+        return self.inst.in_flight(k, P) if self.vpp > 1 else self.inst.in_flight(k)
+
+    def in_flight_monotone(self, P: int) -> bool:
+        """In-flight multipliers do not decrease towards the front at depth ``P`` (the symmetry cut needs it)."""
+        infl = [self.in_flight(k, P) for k in range(1, P + 1)]
+        return all(b >= a for a, b in itertools.pairwise(infl))
+
+    def min_layers(self, k: int, first: bool) -> int:
+        """Fewest layers slot ``k`` may hold (1; interleaved: ``v``, the last ``v + mtp - 1``, the first
+        enough that its first chunk holds the leading block: ``ceil(n / v) >= lead``)."""
+        lo = 1
+        if k == 1:
+            lo = max(lo, self.lo_last)
+        if first:
+            lo = max(lo, self.lo_first)
+        if k != 1 and not first:
+            lo = max(lo, self.lo_mid)
+        return lo
+
+    def min_total(self, P: int) -> int:
+        """Fewest layers a depth-``P`` plan holds (the sum of :meth:`min_layers` over its slots)."""
+        return sum(self.min_layers(k, k == P) for k in range(1, P + 1))
+
+    def admissible(self, assignment: Assignment) -> bool:
+        """Is a plan of stages (first first) of a depth and with layer counts this sub-problem allows?"""
+        P = len(assignment)
+        if P not in self.depths:
+            return False
+        return all(e - s >= self.min_layers(P - j, j == 0) for j, (_, s, e) in enumerate(assignment))
 
     # ------------------------------------------------------------------ cheap group-level bound
     def _root_bound(self) -> float:
@@ -255,14 +356,14 @@ class SubProblem:
         ``sum(tau) >= W / g_max`` with ``W`` the fewest device-seconds per layer summed over layers, and
         every layer takes at least its fastest per-layer time. Only options that can hold one layer (its
         lightest kind, at the fewest micro-batches in flight, no edges) count."""
-        if self.O == 0 or self.K < 1:
+        if self.O == 0 or not self.depths:
             return math.inf
         pre = self._pre
 
         def per_layer(attr: str) -> np.ndarray:
             return pre[attr][:, 1:] - pre[attr][:, :-1]
 
-        infl = min(self.inst.in_flight(k) for k in range(1, self.K + 1))
+        infl = min(self.in_flight(k, P) for P in self.depths for k in range(1, P + 1))
         one = (per_layer("weights") + infl * per_layer("act")).min(axis=1) + self._fixed
         usable = one <= self.cap
         if not usable.any():
@@ -430,17 +531,18 @@ class SubProblem:
             out[rows] = cm.exposed_sync(did, rs[rows], ag[rows], fwd[rows], bwd[rows], op[rows])
         return out
 
-    def arcs(self, k: int, first: bool) -> ArcSet:
-        """Arcs of slot ``k`` (first stage or not): memory-feasible, dominance-reduced."""
-        key = (k, first)
+    def arcs(self, k: int, first: bool, P: int) -> ArcSet:
+        """Arcs of slot ``k`` (first stage or not) at depth ``P``: memory-feasible, at least
+        :meth:`min_layers` layers, dominance-reduced. Plain 1F1B arcs do not depend on ``P``."""
+        key = (k, first, P if self.vpp > 1 else 0)
         if key in self._arcs:
             return self._arcs[key]
         kind = ("both" if first else "last") if k == 1 else ("first" if first else "mid")
         sv = self._static_values(kind)
         s, e = self._range_arrays(kind)
-        infl = self.inst.in_flight(k)
+        infl = self.in_flight(k, P)
         mem = sv["w"] + infl * sv["a"] + sv["fixed"]  # evaluate: w + infl * a + fixed
-        ok = sv["valid"] & (mem <= self.cap[:, None])
+        ok = sv["valid"] & (mem <= self.cap[:, None]) & ((e - s) >= self.min_layers(k, first))[None, :]
         dominated_by: dict[tuple[int, int, int], int] = {}
         if not self.cross_type:
             ok = self._dominance(ok, sv["time"], sv["sync"], s, e, dominated_by)
@@ -580,14 +682,16 @@ class DepthModel:
         N = sub.N
         slots: list[ArcSet] = []
         masks: list[np.ndarray] = []
+        lo = [0] + [sub.min_layers(k, k == P) for k in range(1, P + 1)]  # lo[k]: fewest layers of slot k
+        below = np.cumsum(lo)  # below[k]: fewest layers of slots 1..k
         for k in range(1, P + 1):
-            a = sub.arcs(k, k == P)
+            a = sub.arcs(k, k == P, P)
             slots.append(a)
-            # every other slot holds at least one layer
+            # every other slot holds at least its fewest layers (slots above k come first)
             if sub.counts:
-                m = a.n <= N - (P - 1)
+                m = a.n <= N - (int(below[P]) - lo[k])
             else:
-                m = (a.s >= P - k) & (a.e <= N - (k - 1))
+                m = (a.s >= int(below[P] - below[k])) & (a.e <= N - int(below[k - 1]))
             masks.append(m)
         self._slots = slots
         built = sum(int(m.sum()) for m in masks)
@@ -800,7 +904,7 @@ class DepthModel:
         self.stats["arcs"] = len(self.slot)
         # symmetry pairs (uniform kinds, non-decreasing in-flight): adjacent middle slots, same option
         self.symmetry: list[tuple[int, int]] = []
-        if sub.uniform and sub.in_flight_monotone and not self.closed:
+        if sub.uniform and sub.in_flight_monotone(self.P) and not self.closed:
             for k in range(2, self.P - 1):
                 here = set(self.opt[self.by_slot[k - 1]].tolist())
                 above = set(self.opt[self.by_slot[k]].tolist())
@@ -823,7 +927,7 @@ class DepthModel:
         sub = self.sub
         if sub.counts:
             s, e = 0, e - s
-        a = sub.arcs(k, k == self.P)
+        a = sub.arcs(k, k == self.P, self.P)
         i = a.dominated_by.get((i, s, e), i)
         idx = self.by_slot[k - 1]
         hit = idx[(self.opt[idx] == i) & (self.start[idx] == s) & (self.end[idx] == e)]
@@ -831,7 +935,7 @@ class DepthModel:
 
     def hint_arcs(self, assignment: Assignment) -> list[int] | None:
         """The arcs of a plan of this depth (first stage first), or None if it is not in the model."""
-        if len(assignment) != self.P or self.closed:
+        if len(assignment) != self.P or self.closed or not self.sub.admissible(assignment):
             return None
         out = []
         for j, (i, s, e) in enumerate(assignment):
@@ -888,7 +992,7 @@ def plan_of(sub: SubProblem, assignment: Assignment) -> Plan:
 def assignment_of(sub: SubProblem, plan: Plan) -> Assignment | None:
     """Map a plan (e.g. the DP's) onto this sub-problem's options, or None if it is not in it."""
     inst = sub.inst
-    if plan.family != inst.family or plan.pp > sub.K or not plan.stages:
+    if plan.family != inst.family or plan.pp not in sub.depths or not plan.stages:
         return None
     if plan.samples_per_microbatch != inst.samples_per_mb or plan.vpp != inst.vpp:
         return None
@@ -899,7 +1003,7 @@ def assignment_of(sub: SubProblem, plan: Plan) -> Assignment | None:
         if i is None:
             return None
         out.append((i, s.layer_start, s.layer_end))
-    if len({int(sub.gid[i]) for i, _, _ in out}) != 1:
+    if len({int(sub.gid[i]) for i, _, _ in out}) != 1 or not sub.admissible(out):
         return None
     return out
 
@@ -919,20 +1023,34 @@ def evaluate_assignment(sub: SubProblem, assignment: Assignment) -> tuple[float,
             nxt = sub.options[assignment[j + 1][0]]
             node = sub.node[nxt.device]
             p2p = inst.p2p(o, nxt.device, 1 if nxt.devices < node else node)
-        ev = inst.evaluate(o, s, e, from_end=P - j, first=j == 0, p2p=p2p)
+        ev = inst.evaluate(o, s, e, from_end=P - j, first=j == 0, p2p=p2p, pp=P)
         fits = fits and ev.memory <= o.capacity
         taus.append(ev.tau)
         syncs.append(ev.sync)
     return inst.objective(taus, syncs), fits
 
 
-def subproblems(inst: Instance, keys_list: Sequence[Sequence[tuple]]) -> list[SubProblem]:
-    """One sub-problem per entry of ``keys_list`` (options grouped in one pass over the instance)."""
-    by_key = groups(inst)
+def subproblems(
+    inst: Instance, keys_list: Sequence[Sequence[tuple]], shared: dict[tuple, SubProblem] | None = None
+) -> list[SubProblem]:
+    """One sub-problem per entry of ``keys_list`` (options grouped in one pass over the instance).
+
+    ``shared`` (a dict the caller keeps across instances) lets the interleaved copies of an instance
+    reuse its sub-problems' schedule-independent data (:meth:`SubProblem.for_schedule`)."""
+    by_key: dict[tuple, list[Option]] | None = None
     out = []
     for keys in keys_list:
-        sp = SubProblem(inst, keys, by_key)
-        if sp.O and sp.K >= 1:
+        key = (id(inst.options), inst.samples_per_mb, tuple(keys))
+        base = shared.get(key) if shared is not None else None
+        if base is not None and base.inst.options is inst.options:
+            sp = base.for_schedule(inst)
+        else:
+            if by_key is None:
+                by_key = groups(inst)
+            sp = SubProblem(inst, keys, by_key)
+            if shared is not None:
+                shared[key] = sp
+        if sp.O and sp.depths:
             out.append(sp)
     return out
 
