@@ -224,11 +224,6 @@ class SubProblem:
         cidx = {c: j for j, c in enumerate(classes)}
         self.classes = classes
         self.cls = np.asarray([cidx[(o.device, o.devices < self.node[o.device])] for o in options], dtype=np.int64)
-        self.p2p = np.asarray(
-            [[inst.p2p(o, dev, 1 if small else self.node[dev]) for dev, small in classes] for o in options],
-            dtype=np.float64,
-        ).reshape(self.O, len(classes))
-        self.pmin = self.p2p.min(axis=1) if self.O else np.zeros(0)
         self.contiguous = inst.family == "hetero" and len(self.types) > 1
         total = sum(self.inv)
         self.same_size = pr.uniform_stage_size or (inst.family == "hetero" and 0 < pr.large_cluster < total)
@@ -272,8 +267,8 @@ class SubProblem:
         self._set_schedule(inst)
 
     def _set_schedule(self, inst: Instance) -> None:
-        """What depends on the schedule (plain or ``vpp`` chunks): coefficients, depths, the layer minima,
-        arcs (memory at the depth's in-flight count) and the root bound."""
+        """What depends on the schedule (plain or ``vpp`` chunks): coefficients, boundary transfers, depths,
+        the layer minima, arcs (memory at the depth's in-flight count) and the root bound."""
         self.inst = inst
         self.alpha, self.beta = inst.coefficients
         K = self.K
@@ -282,6 +277,12 @@ class SubProblem:
         # virtual chunk, the MTP layers in the last rank's last chunk, the leading block of another kind in
         # the first rank's first chunk); plain 1F1B: every stage holds a layer
         self.vpp = v = inst.vpp
+        # boundary transfers: one per virtual chunk when interleaved (CostModel.boundary_p2p)
+        self.p2p = np.asarray(
+            [[inst.p2p(o, dev, 1 if small else self.node[dev]) for dev, small in self.classes] for o in self.options],
+            dtype=np.float64,
+        ).reshape(self.O, len(self.classes))
+        self.pmin = self.p2p.min(axis=1) if self.O else np.zeros(0)
         lead = vpp_lead(inst.model) if v > 1 else 0
         mtp = sum(1 for x in kinds if x == "mtp")
         self.lo_mid = v if v > 1 else 1
