@@ -614,19 +614,24 @@ def _key_label(key: tuple) -> str:
 
 
 # ------------------------------------------------------------------------------------------ covering
+def _shift(j: int, g: int, inv: Sequence[int]) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+    """Source and destination views of a devices-per-type grid for an item using ``g`` devices of type ``j``
+    (a usage ``u`` moves to ``u + g`` along axis ``j``)."""
+    src = [slice(None)] * len(inv)
+    dst = [slice(None)] * len(inv)
+    src[j] = slice(0, inv[j] + 1 - g)
+    dst[j] = slice(g, inv[j] + 1)
+    return tuple(src), tuple(dst)
+
+
 def _cover_step(best: np.ndarray, items: dict[tuple[int, int], int], inv: Sequence[int]) -> np.ndarray:
     """One slot of the covering DP: most layers held on each devices-per-type usage."""
     new = np.full(best.shape, _NEG, dtype=np.int64)
-    nt = len(inv)
     for (j, g), n in items.items():
         if g > inv[j]:
             continue
-        src = [slice(None)] * nt
-        dst = [slice(None)] * nt
-        src[j] = slice(0, inv[j] + 1 - g)
-        dst[j] = slice(g, inv[j] + 1)
-        d = tuple(dst)
-        np.maximum(new[d], best[tuple(src)] + n, out=new[d])
+        s, d = _shift(j, g, inv)
+        np.maximum(new[d], best[s] + n, out=new[d])
     new[new < 0] = _NEG
     return new
 
@@ -634,16 +639,11 @@ def _cover_step(best: np.ndarray, items: dict[tuple[int, int], int], inv: Sequen
 def _minplus_step(best: np.ndarray, items: dict[tuple[int, int], float], inv: Sequence[int]) -> np.ndarray:
     """One slot of a min-plus DP over devices per type: smallest sum of item values on each usage."""
     new = np.full(best.shape, np.inf)
-    nt = len(inv)
     for (j, g), v in items.items():
         if g > inv[j]:
             continue
-        src = [slice(None)] * nt
-        dst = [slice(None)] * nt
-        src[j] = slice(0, inv[j] + 1 - g)
-        dst[j] = slice(g, inv[j] + 1)
-        d = tuple(dst)
-        np.minimum(new[d], best[tuple(src)] + v, out=new[d])
+        s, d = _shift(j, g, inv)
+        np.minimum(new[d], best[s] + v, out=new[d])
     return new
 
 
