@@ -155,6 +155,19 @@ class Instance:
         return tuple(p for p in range(2, n // self.vpp + 1) if m % p == 0)
 
     @property
+    def stage_min_layers(self) -> tuple[int, int, int]:
+        """Fewest layers a (middle, last, first) stage may hold: 1 under plain 1F1B; interleaved, a layer
+        per virtual chunk (``v``), the last stage's MTP layers in its last chunk (``v + mtp - 1``), and the
+        first stage's first chunk holding the leading block of another kind (``ceil(n / v) >= lead``, i.e.
+        ``n >= (lead - 1) v + 1``; :func:`vpp_lead`). The DP and the exact formulation both read it."""
+        v = self.vpp
+        if v <= 1:
+            return 1, 1, 1
+        mtp = sum(1 for k in self.layer_kinds if k == "mtp")
+        lead = vpp_lead(self.model) or 0
+        return v, max(v, v + mtp - 1), max(v, (lead - 1) * v + 1)
+
+    @property
     def inventory(self) -> dict[str, int]:
         return self.cluster.inventory
 

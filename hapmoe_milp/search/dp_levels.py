@@ -367,10 +367,9 @@ def _candidates(
     row = batch.grp_lo[ge_g][X] + xoff
     gi, e = ge_g[X], ge_e[X]
     v = batch.vpp[gi]
-    n_lo = np.maximum(batch.lo[row], v)  # an interleaved stage holds a layer per virtual chunk
+    # interleaved: a layer per virtual chunk, the last stage's MTP layers in its last chunk
+    n_lo = np.maximum(batch.lo[row], batch.lo_stage[gi, 1 if k == 1 else 0])
     n_hi = np.minimum(batch.hi[row], e)
-    if k == 1 and batch.mtp > 1:
-        n_lo = np.where(v > 1, np.maximum(n_lo, v + batch.mtp - 1), n_lo)  # MTP in the last chunk
     fixed_pp = batch.pp[gi]
     # the last allowed stage must start at layer 0; a fixed depth leaves v layers per later stage
     must_first = np.where(fixed_pp > 0, fixed_pp == k, batch.kmax[gi] == k)
@@ -418,10 +417,8 @@ def _candidates(
     c_tau = fwd + bwd
     ok = mem <= batch.cap[c_row]
     ok &= ~first_on | (batch.dp[c_row] == batch.first_dp[c_g])
-    lead = batch.lead[c_g]
-    if lead.any():  # interleaved: the first rank's first chunk holds the leading layers of another kind
-        vv = batch.vpp[c_g]
-        ok &= ~first_on | (vv <= 1) | (-(-(c_e - c_s) // vv) >= lead)
+    # interleaved: the first rank's first chunk holds the leading layers of another kind
+    ok &= ~first_on | (c_e - c_s >= batch.lo_stage[c_g, 2])
     lb = (
         alpha[c_g] * (lo_tot[c_x] + c_tau + bd.sum_pre[c_g, c_s])
         + beta[c_g] * np.maximum(c_tau, lo_tmx[c_x])

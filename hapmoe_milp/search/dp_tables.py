@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hapmoe_milp.instance import ATTRS, Instance, Option, aligned, vpp_lead
+from hapmoe_milp.instance import ATTRS, Instance, Option, aligned
 
 # columns of the per-kind coefficient block (ATTRS order) and of the edge block (ATTRS + work)
 F, B, W, A, RS, AG, OP, WORK = range(8)
@@ -123,8 +123,7 @@ class Batch:
     contiguous: np.ndarray
     uniform: np.ndarray
     gmax: np.ndarray
-    lead: np.ndarray  # interleaved: layers the first rank's first chunk must hold
-    mtp: int  # MTP layers of the model (the interleaved last stage keeps them in its last chunk)
+    lo_stage: np.ndarray  # (G, 3) fewest layers of a middle, last and first stage (Instance.stage_min_layers)
     infl: np.ndarray  # (G, Kmax+1) in-flight multiplier of the k-th stage from the end
     kind_ix: np.ndarray  # (N,) kind index of every layer
     present: np.ndarray  # kind indices that occur
@@ -400,9 +399,8 @@ def build_batch(
     contiguous = np.zeros(G, dtype=bool)
     uniform = np.zeros(G, dtype=bool)
     gmax = np.zeros(G, dtype=np.int64)
-    lead = np.zeros(G, dtype=np.int64)
+    lo_stage = np.ones((G, 3), dtype=np.int64)
     total_inv = int(inv.sum())
-    a_lead = vpp_lead(model) or 0
     for i, sub in enumerate(subs):
         inst = sub.inst
         pr = inst.pruning
@@ -418,7 +416,7 @@ def build_batch(
         first_dp[i] = inst.first_dp
         contiguous[i] = inst.family == "hetero"
         uniform[i] = pr.uniform_stage_size or (bool(contiguous[i]) and 0 < pr.large_cluster < total_inv)
-        lead[i] = a_lead if inst.vpp > 1 else 0
+        lo_stage[i] = inst.stage_min_layers
     kk = int(kmax.max())
     infl = np.zeros((G, kk + 1))
     cache: dict[tuple, np.ndarray] = {}
@@ -471,8 +469,7 @@ def build_batch(
         contiguous=contiguous,
         uniform=uniform,
         gmax=gmax,
-        lead=lead,
-        mtp=sum(1 for x in kinds_seq if x == "mtp"),
+        lo_stage=lo_stage,
         infl=infl,
         kind_ix=kind_ix,
         present=np.array(present, dtype=np.int64),

@@ -272,7 +272,6 @@ class SubProblem:
         self.inst = inst
         self.alpha, self.beta = inst.coefficients
         K = self.K
-        kinds = inst.layer_kinds
         # interleaved (VPP) schedules: Megatron's depth rule and the rules the DP applies (a layer per
         # virtual chunk, the MTP layers in the last rank's last chunk, the leading block of another kind in
         # the first rank's first chunk); plain 1F1B: every stage holds a layer
@@ -283,14 +282,10 @@ class SubProblem:
             dtype=np.float64,
         ).reshape(self.O, len(self.classes))
         self.pmin = self.p2p.min(axis=1) if self.O else np.zeros(0)
-        lead = vpp_lead(inst.model) if v > 1 else 0
-        mtp = sum(1 for x in kinds if x == "mtp")
-        self.lo_mid = v if v > 1 else 1
-        self.lo_last = max(v, v + mtp - 1) if v > 1 else 1
-        self.lo_first = max(self.lo_mid, (lead - 1) * v + 1) if v > 1 and lead else self.lo_mid
+        self.lo_mid, self.lo_last, self.lo_first = inst.stage_min_layers
         if v <= 1:
             depths = range(1, K + 1)
-        elif lead is None:  # a layer pattern whose interleaved chunks do not price like the stage's range
+        elif vpp_lead(inst.model) is None:  # interleaved chunks would not price like the stage's range
             depths = range(0)
         else:
             depths = (P for P in inst.vpp_depths() if P <= K)
