@@ -11,7 +11,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from hapmoe_milp.config import Settings, check_choice, check_time_limit
+from hapmoe_milp.config import Settings, check_choice, check_solver_options, check_time_limit
 from hapmoe_milp.cost.estimate import Estimate, estimate
 from hapmoe_milp.errors import HapmoeError, InfeasibleError, SettingsError, SolverError
 from hapmoe_milp.plan import Plan, check_plan
@@ -132,6 +132,7 @@ def solve(
     if optimizer_offload not in OFFLOAD_CHOICES:
         raise SettingsError(f"must be auto, True or False, got {optimizer_offload!r}", field="optimizer_offload")
     limit = DEFAULT_TIME_LIMIT if time_limit is None else check_time_limit(time_limit)
+    options = check_solver_options(solver_options or {})
     m, c = resolve(model, cluster, catalog)
     st = make_settings(m, settings, **settings_kw)
     tries = [st]
@@ -145,7 +146,7 @@ def solve(
     for s in tries:
         # one time limit for the whole solve: the optimizer-offload retry gets what the first try left
         left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
-        sol = _run_solver(m, c, s, solver, fam, pruning, left, solver_options or {}, progress)
+        sol = _run_solver(m, c, s, solver, fam, pruning, left, options, progress)
         last = sol
         if sol.plan is not None:
             out = finalize(sol, m, c, s)

@@ -16,6 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from hapmoe_milp.errors import SpecError
+from hapmoe_milp.limits import (
+    RANGE_MEMORY_GIB,
+    RANGE_STEP_TIME_S,
+    RANGE_TOKENS_PER_S,
+    RANGE_TOKENS_PER_S_PER_DEVICE,
+)
 from hapmoe_milp.specs._fields import Fields, load_document
 from hapmoe_milp.specs.model import DISPATCHERS
 
@@ -23,6 +29,12 @@ RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp8")
 MEASURES = ("step_time_s", "tokens_per_s_per_device", "tokens_per_s")
 KNOBS = ("tp", "pp", "cp", "ep", "etp", "vpp")
+# physical range of each measurement (limits.py): 1e-300 tokens/s is "positive" but divides to infinity
+MEASURE_RANGES = {
+    "step_time_s": RANGE_STEP_TIME_S,
+    "tokens_per_s_per_device": RANGE_TOKENS_PER_S_PER_DEVICE,
+    "tokens_per_s": RANGE_TOKENS_PER_S,
+}
 SETTING_BOOLS = ("overlap_ep_comm", "overlap_grad_reduce", "overlap_param_gather", "optimizer_offload")
 COLUMNS = (
     "id",
@@ -105,7 +117,7 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
             "step_time_s",
             f"give exactly one measurement of {', '.join(MEASURES)} (got {', '.join(measures) or 'none'})",
         )
-    value = f.float_(measures[0])
+    value = f.float_(measures[0], within=MEASURE_RANGES[measures[0]])
     layout = f.str_("layout", None)
     flags = {k: f.bool_(k) for k in SETTING_BOOLS if f.has(k)}
     dispatcher = f.choice("dispatcher", DISPATCHERS) if f.has("dispatcher") else None
@@ -130,7 +142,7 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
         measure=measures[0],
         value=value,
         flags=flags,
-        peak_memory_gib=f.float_("peak_memory_gib", None),
+        peak_memory_gib=f.float_("peak_memory_gib", None, within=RANGE_MEMORY_GIB, unit="GiB"),
         notes=f.str_("notes", ""),
         origin=f.source,
     )

@@ -13,6 +13,7 @@ from hapmoe_milp.cli.options import (
     JsonOpt,
 )
 from hapmoe_milp.cli.output import compute, emit_json
+from hapmoe_milp.errors import HapmoeError
 
 log = logging.getLogger("hapmoe_milp")
 
@@ -36,14 +37,15 @@ def profile(
 ) -> None:
     """Measure this machine's device table with PyTorch (optional extra `profile`)."""
     from hapmoe_milp.fileio import check_output_dir
-    from hapmoe_milp.profiler import launch_local_collectives, profile_device, write_device_table
+    from hapmoe_milp.profiler import launch_local_collectives, profile_device, require_torch, write_device_table
     from hapmoe_milp.specs._fields import check_name
 
     check_name(device_name, None, "--device-name")
     target_dir = out if out.suffix not in (".yaml", ".yml") else out.parent
     check_output_dir(target_dir, "--out")
-    target_dir.mkdir(parents=True, exist_ok=True)
     base_dev = STATE.catalog.device(base, "", "--base") if base else None
+    require_torch()  # refuse before anything is created on disk
+    target_dir.mkdir(parents=True, exist_ok=True)
     with compute():
         meas = profile_device(device_name, quick=quick, backend=backend, peak_tflops=peak_tflops)
         colls = list(collectives or ())
@@ -142,10 +144,14 @@ def fidelity(
     from hapmoe_milp.calibration import load_runs, predict, prepare, runs_for, runs_path, summarize
 
     cat = STATE.catalog
+    path = runs_path(runs, cat.root)
     with compute():
-        prepared = [prepare(r, cat) for r in load_runs(runs_path(runs, cat.root))]
+        prepared = [prepare(r, cat) for r in load_runs(path)]
         if device is not None:
-            prepared = runs_for(cat.device(device, "", "--device").id, prepared)
+            did = cat.device(device, "", "--device").id
+            prepared = runs_for(did, prepared)
+            if not prepared:  # nothing to report is an error, not "MAPE nan%"
+                raise HapmoeError(f"no run in {path} uses device {did!r}; nothing to compare", field="--device")
         results = [predict(r) for r in prepared]
     summary = summarize(results)
     if as_json:

@@ -53,6 +53,7 @@ FLAGS: dict[str, str] = {
     "model": "--model",
     "cluster": "--cluster",
     "x": "--x",
+    "devices_dirs": "--devices-dir",
 }
 
 

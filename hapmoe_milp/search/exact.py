@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hapmoe_milp.config import Settings
+from hapmoe_milp.deadline import Deadline, TimeLimitReached
 from hapmoe_milp.instance import Instance, build_instances, group_keys
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.search import backends
@@ -325,30 +326,42 @@ def _solve_exact(
     progress: Progress | None,
     **options: Any,
 ) -> Solution:
-    mod = backends.get(solver)
     t0 = time.perf_counter()
+    mod = backends.get(solver)  # the first use imports the solver library: inside the time limit
     deadline = t0 + time_limit if time_limit else None
     pr = pruning or EXACT_PRUNING
     fams = _families(family)
-    insts = (
-        list(instances)
-        if instances is not None
-        else [
-            i
-            for fam in fams
-            for i in build_instances(model, cluster, settings, fam, pr, max_vpp=pr.max_vpp)  # type: ignore[arg-type]
-        ]
-    )
     counter = PruneCounter()
     search = _Search(solver, mod, deadline, progress)
-    subs: list[SubProblem] = []
-    shared: dict[tuple, SubProblem] = {}  # interleaved copies share their base instance's sub-problem data
-    for inst in insts:
-        for rule, cnt in inst.counter.counts.items():
-            counter.add(rule, cnt)
-        keys = group_keys(inst)
-        parts = [[k] for k in keys] if (split or "group") == "group" else [keys]
-        subs.extend(subproblems(inst, parts, shared))
+    # building the sub-problems counts against the time limit too (minutes on 2,048 devices otherwise)
+    clock = Deadline.after(time_limit, t0)
+    try:
+        insts = (
+            list(instances)
+            if instances is not None
+            else [
+                i
+                for fam in fams
+                for i in clock.each(
+                    build_instances(model, cluster, settings, fam, pr, max_vpp=pr.max_vpp),  # type: ignore[arg-type]
+                    "building the instances",
+                )
+            ]
+        )
+        subs: list[SubProblem] = []
+        shared: dict[tuple, SubProblem] = {}  # interleaved copies share their base instance's sub-problem data
+        for inst in insts:
+            for rule, cnt in inst.counter.counts.items():
+                counter.add(rule, cnt)
+            keys = group_keys(inst)
+            parts = [[k] for k in keys] if (split or "group") == "group" else [keys]
+            subs.extend(subproblems(inst, parts, shared, deadline=clock))
+    except TimeLimitReached as exc:
+        wall = time.perf_counter() - t0
+        stats = {"pruning": pr.to_dict(), "max_vpp": pr.max_vpp, "stopped_while": exc.what}
+        return Solution(
+            solver, "timeout", None, math.inf, math.nan, wall, counter.counts, stats=stats, message=str(exc)
+        )
     hint_plan = hint.plan if isinstance(hint, Solution) else hint
     warm = False
     roots = []

@@ -15,8 +15,16 @@ from typing import Any, Literal
 
 from hapmoe_milp.config import DISPATCHERS, Settings
 from hapmoe_milp.errors import HapmoeError, SpecError
-from hapmoe_milp.limits import MAX_EXPERTS, MAX_FREQ_EXPR_LEN, MAX_HEADS, MAX_HIDDEN_SIZE, MAX_LAYERS, MAX_VOCAB
-from hapmoe_milp.specs._fields import Fields, check_name, show, spec_hash
+from hapmoe_milp.limits import (
+    MAX_EXPERTS,
+    MAX_EXPR_NESTING,
+    MAX_FREQ_EXPR_LEN,
+    MAX_HEADS,
+    MAX_HIDDEN_SIZE,
+    MAX_LAYERS,
+    MAX_VOCAB,
+)
+from hapmoe_milp.specs._fields import Fields, check_name, nesting, show, spec_hash
 
 LayerKind = Literal["dense", "moe", "mtp"]
 ActiveConvention = Literal["all_embeddings", "excl_input_embedding"]
@@ -518,6 +526,9 @@ def _parse_freq_expr(expr: str, f: Fields) -> int | tuple[int, ...]:
     def fail(msg: str) -> SpecError:
         return f.err("moe_layer_freq", f"cannot parse list expression {show(expr)}: {msg}")
 
+    if nesting(text) > MAX_EXPR_NESTING:
+        raise fail(f"parentheses nest deeper than {MAX_EXPR_NESTING} levels")
+
     def parse_int() -> int:
         nonlocal pos
         start = pos
@@ -571,7 +582,7 @@ def _parse_freq_expr(expr: str, f: Fields) -> int | tuple[int, ...]:
         vals = term()
         while pos < len(text) and text[pos] == "+":
             pos += 1
-            vals = vals + term()
+            vals.extend(term())  # in place: a long sum of terms must not copy the list each time
             if len(vals) > MAX_FREQ_EXPR_LEN:
                 raise fail("expands to too many layers")
         return vals

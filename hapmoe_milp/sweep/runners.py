@@ -211,7 +211,7 @@ def run_sweep(
         if skipped:
             log.info("resume: %d of %d cases already in %s", skipped, len(ordered), out)
         with _Progress(progress and bool(todo), len(todo), f"sweep ({backend})") as bar:
-            sink = Sink(fd, lambda _row: bar.update(sink.ok, sink.errors))
+            sink = Sink(fd, lambda _row: bar.update(sink.ok, sink.errors), str(out))
             if todo:
                 work, failed = _resolve_all(todo, catalog or Catalog())
                 for row in failed:
