@@ -50,16 +50,16 @@ def check_row(row: Any, source: str) -> dict[str, Any]:
     checks, so a hand-edited file cannot put a NaN, a list id or a throughput of 1e308 into the best table.
     Fields the report does not read are kept as they are."""
     f = Fields(row, source)
-    rid = f.str_("id")
-    if not isinstance(row["id"], str) or not _ID_RE.fullmatch(rid):
-        raise f.err("id", f"must be a case id (letters, digits, _ and -), got {show(row['id'])}")
-    f.str_("model")
+    rid = _text(f, "id")
+    if not _ID_RE.fullmatch(rid):
+        raise f.err("id", f"must be a case id (letters, digits, _ and -), got {show(rid)}")
+    _text(f, "model")
     status = f.choice("status", STATUSES)
     cf = f.sub("cluster")
     assert cf is not None
-    cf.str_("spec")
+    _text(cf, "spec")
     for k in ("name", "composition"):
-        cf.str_(k, None)
+        _text(cf, k, None)
     cf.int_("devices", None, maximum=MAX_DEVICES)
     by_type = cf.sub("by_type", None)
     if by_type is not None:
@@ -68,8 +68,8 @@ def check_row(row: Any, source: str) -> dict[str, Any]:
     f.sub("settings")
     f.float_("wall_s", None, allow_zero=True)
     if status == "error":
-        f.str_("error")
-        f.str_("error_type", None)
+        _text(f, "error")
+        _text(f, "error_type", None)
         return dict(row)
     f.float_("tokens_per_s", within=RANGE_TOKENS_PER_S, unit="tokens/s")
     f.float_("tokens_per_s_per_device", within=RANGE_TOKENS_PER_S_PER_DEVICE, unit="tokens/s")
@@ -83,6 +83,14 @@ def check_row(row: Any, source: str) -> dict[str, Any]:
     f.sub("plan", None)
     f.sub("solver", None)
     return dict(row)
+
+
+def _text(f: Fields, key: str, default: Any = ...) -> Any:
+    """A string field that is a JSON string (the spec readers also take a YAML number as a name)."""
+    v = f.raw(key) if default is ... else f.raw(key, default)
+    if v is not default and not isinstance(v, str):
+        raise f.err(key, f"must be a string, got {show(v)}")
+    return v
 
 
 def cluster_info(case: SweepCase, cluster: ClusterSpec | None) -> dict[str, Any]:
