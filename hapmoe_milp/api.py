@@ -13,6 +13,7 @@ from typing import Any
 
 from hapmoe_milp.config import Settings, check_choice, check_solver_options, check_time_limit
 from hapmoe_milp.cost.estimate import Estimate, estimate
+from hapmoe_milp.deadline import Deadline
 from hapmoe_milp.errors import HapmoeError, InfeasibleError, SettingsError, SolverError
 from hapmoe_milp.plan import Plan, check_plan
 from hapmoe_milp.search.solution import Progress, Solution
@@ -32,6 +33,8 @@ DEFAULT_TIME_LIMIT = 60.0
 # Export targets and the plan family each can run: upstream Megatron one mesh shape for every stage;
 # FlagScale's heterogeneous meshes (the hetero family is built to FlagScale's rules: no CP, no VPP, ...).
 TARGET_FAMILY = {"megatron": "megatron", "flagscale": "hetero"}
+# Seconds an infeasible solve may spend past its limit saying why (diagnose); part of the documented constant
+DIAGNOSE_MIN_S = 1.0
 # A cluster this large with the model's default global batch is checked for idle devices (see idle_warning)
 LARGE_CLUSTER = 64
 
@@ -167,7 +170,10 @@ def solve(
             f"--time-limit {max(2 * limit, 60):g} (time_limit= in Python)",
             constraint="time",
         )
-    raise diagnose(m, c, tries[-1], families(fam))
+    # explaining infeasibility is bounded too: what is left of the limit, at least DIAGNOSE_MIN_S
+    raise diagnose(
+        m, c, tries[-1], families(fam), Deadline.after(max(DIAGNOSE_MIN_S, limit - (time.perf_counter() - t0)))
+    )
 
 
 def timeout_hint(sol: Solution, limit: float | None) -> str:

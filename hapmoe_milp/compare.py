@@ -220,7 +220,7 @@ def compare_solvers(
         from hapmoe_milp.search.diagnose import diagnose
         from hapmoe_milp.search.dp import families
 
-        why = str(diagnose(model, cluster, settings, families(family)))
+        why = str(diagnose(model, cluster, settings, families(family), Deadline.after(max(1.0, clock.left()))))
         for r in results:
             if r["status"] == "infeasible":
                 r["message"] = why  # one explanation for every solver

@@ -424,7 +424,10 @@ import os
 def run_case(case, model, cluster, solver="dp", time_limit=None):
     if case.cluster.startswith("crash"):
         os._exit(3)
-    return {"id": case.id, "model": case.model, "cluster": {"spec": case.cluster}, "status": "ok", "tokens_per_s": 1.0}
+    return {
+        "id": case.id, "model": case.model, "cluster": {"spec": case.cluster}, "settings": {}, "status": "ok",
+        "tokens_per_s": 8.0, "tokens_per_s_per_device": 1.0, "iteration_time_s": 1.0, "devices": 8,
+    }
 """
 
 

@@ -152,7 +152,7 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
 
 def _csv_rows(path: Path) -> list[dict[str, Any]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # spreadsheets write a byte-order mark first
     except FileNotFoundError:
         raise SpecError("file not found", source=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -38,17 +38,21 @@ def profile(
     """Measure this machine's device table with PyTorch (optional extra `profile`)."""
     from hapmoe_milp.fileio import check_output_dir
     from hapmoe_milp.profiler import launch_local_collectives, profile_device, require_torch, write_device_table
+    from hapmoe_milp.profiler.collectives import load_collectives
     from hapmoe_milp.specs._fields import check_name
 
     check_name(device_name, None, "--device-name")
     target_dir = out if out.suffix not in (".yaml", ".yml") else out.parent
     check_output_dir(target_dir, "--out")
     base_dev = STATE.catalog.device(base, "", "--base") if base else None
-    require_torch()  # refuse before anything is created on disk
-    target_dir.mkdir(parents=True, exist_ok=True)
+    if nproc is not None and nproc < 2:  # before the measurement, not after it
+        raise HapmoeError(f"collectives need at least 2 local processes, got {nproc}", field="--nproc")
+    colls: list[Any] = [load_collectives(c) for c in collectives or ()]  # a bad file fails before measuring
+    require_torch()
     with compute():
         meas = profile_device(device_name, quick=quick, backend=backend, peak_tflops=peak_tflops)
-        colls = list(collectives or ())
+        # created only now: whatever the profiler refuses (no torch, a bad --peak-tflops) leaves nothing behind
+        target_dir.mkdir(parents=True, exist_ok=True)
         if nproc:
             colls.append(launch_local_collectives(nproc, target_dir / f"{device_name}-intra.json", quick=quick))
         path = write_device_table(meas, target_dir, device_name=device_name, base=base_dev, collectives=colls)
@@ -98,7 +102,9 @@ def calibrate(
     from hapmoe_milp.calibration import calibrate as run_calibration
     from hapmoe_milp.fileio import check_output_dir
 
-    names = [n.strip() for n in params.split(",") if n.strip()] if params else list(DEFAULT_FIT)
+    names = [n.strip() for n in params.split(",") if n.strip()] if params is not None else list(DEFAULT_FIT)
+    if not names:
+        raise HapmoeError("names no runtime term to fit (leave it out for the usual set)", field="--params")
     cat = STATE.catalog
     target = check_output_dir(out or cat.calibrated_dir, "--out")
     with compute():

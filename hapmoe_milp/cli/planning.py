@@ -127,7 +127,7 @@ def estimate(
                 cp=cp if cp is not None else 1,
                 ep=ep if ep is not None else 1,
                 etp=etp,
-                vpp=vpp if vpp is not None else 1,
+                vpp=vpp,
                 recompute=recompute if recompute is not None else "none",
                 layout=layout,
             )

@@ -408,7 +408,7 @@ def _solve_exact(
     if search.best_plan is None:
         status = "infeasible" if complete else "timeout"
         msg = (
-            _infeasible_message(model, cluster, settings, fams)
+            _infeasible_message(model, cluster, settings, fams, Deadline.after(max(1.0, clock.left())))
             if complete
             else f"{solver} found no plan within the time limit ({time_limit} s)"
         )
@@ -429,11 +429,13 @@ def _solve_exact(
     return Solution(solver, status, search.best_plan, search.best_val, bound, wall, counter.counts, stats=stats)  # type: ignore[arg-type]
 
 
-def _infeasible_message(model: ModelSpec, cluster: ClusterSpec, settings: Settings, fams: list[str]) -> str:
+def _infeasible_message(
+    model: ModelSpec, cluster: ClusterSpec, settings: Settings, fams: list[str], deadline: Deadline
+) -> str:
     """The same message the DP path gives (``diagnose``), so every solver explains infeasibility alike."""
     from hapmoe_milp.search.diagnose import diagnose
 
-    return str(diagnose(model, cluster, settings, fams))  # type: ignore[arg-type]
+    return str(diagnose(model, cluster, settings, fams, deadline))  # type: ignore[arg-type]
 
 
 def _solve_auto(

@@ -81,7 +81,7 @@ class Catalog:
     def _names(d: Path) -> list[str]:
         if not d.is_dir():
             return []
-        return sorted(p.stem for p in d.glob("*.yaml") if not p.name.startswith("_"))
+        return sorted(p.stem for p in d.glob("*.yaml") if not p.name.startswith("_") and _is_file(p))
 
     def model_names(self) -> list[str]:
         return self._names(self.models_dir)

@@ -23,6 +23,7 @@ from hapmoe_milp.limits import (
     MAX_HIDDEN_SIZE,
     MAX_LAYERS,
     MAX_VOCAB,
+    RANGE_PARAMS_B,
 )
 from hapmoe_milp.specs._fields import Fields, check_name, nesting, show, spec_hash
 
@@ -641,8 +642,8 @@ def model_from_dict(doc: dict[str, Any], source: str) -> ModelSpec:
     off = f.sub("official", None)
     if off is not None:
         kw["official"] = OfficialCounts(
-            total_b=off.float_("total_b"),
-            active_b=off.float_("active_b"),
+            total_b=off.float_("total_b", within=RANGE_PARAMS_B),
+            active_b=off.float_("active_b", within=RANGE_PARAMS_B),
             active_convention=off.choice(
                 "active_convention", ("all_embeddings", "excl_input_embedding"), "all_embeddings"
             ),

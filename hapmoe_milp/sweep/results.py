@@ -344,6 +344,23 @@ def locked_output(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
+def _invalid_row(row: Any, exc: HapmoeError) -> dict[str, Any]:
+    """An error row in place of a result row the reader refuses (a worker's row that lost its numbers)."""
+    get = row.get if isinstance(row, dict) else (lambda _k, d=None: d)
+    cluster = get("cluster")
+    spec = cluster.get("spec") if isinstance(cluster, dict) else cluster
+    return {
+        "id": get("id"),
+        "model": get("model"),
+        "cluster": {"spec": spec},
+        "settings": get("settings") if isinstance(get("settings"), dict) else {},
+        "status": "error",
+        "error": f"invalid result: {exc}",
+        "error_type": "InvalidResult",
+        "wall_s": 0.0,
+    }
+
+
 class Sink:
     """Appends one fsynced line per finished case and keeps the tallies."""
 
@@ -356,7 +373,10 @@ class Sink:
         self.rows: list[dict[str, Any]] = []
 
     def __call__(self, row: dict[str, Any]) -> None:
-        row = check_row(row, f"{self.source}: new row")  # what --resume will read back, checked now
+        try:
+            row = check_row(row, "result")  # what --resume will read back, checked now
+        except HapmoeError as exc:  # a case must never take the sweep down: its row becomes an error row
+            row = check_row(_invalid_row(row, exc), f"{self.source}: new row")
         data = (json.dumps(row, allow_nan=False, separators=(",", ":")) + "\n").encode()
         start = os.fstat(self.fd).st_size
         with disk_errors(self.source, len(self.rows)):

@@ -19,7 +19,7 @@ from typing import Any
 
 from hapmoe_milp.config import check_time_limit
 from hapmoe_milp.errors import HapmoeError
-from hapmoe_milp.fileio import check_output_dir
+from hapmoe_milp.fileio import check_output_dir, check_regular
 from hapmoe_milp.specs.catalog import Catalog
 from hapmoe_milp.specs.cluster import INLINE_RE, ClusterSpec, parse_inline
 from hapmoe_milp.specs.device import DeviceSpec
@@ -193,6 +193,7 @@ def run_sweep(
     out = Path(out_jsonl)
     if out.is_dir():
         raise HapmoeError("is a directory; give a .jsonl file name", source=str(out), field="--out")
+    check_regular(out, "--out")
     check_output_dir(out.parent if str(out.parent) else Path("."), "--out")
     t0 = time.perf_counter()
     if not resume and out.exists() and out.stat().st_size > 0 and not overwrite:
