@@ -221,6 +221,15 @@ FLAG_CASES += [
     ([*EST, "--layout", "E" + "(t*9|)*99999" * 40 + "L"], "--layout"),
     (["compare", "-m", "mixtral-s", "-c", "16-1", "--solvers", "dp", "--time-limit", "0.001"], "--time-limit"),
     (["fidelity", "public", "--device", "v100"], "--device"),
+    # fresh hostile inputs found while hardening (issue 20): refused before any work, naming the flag
+    (["estimate", "-m", "mixtral-s", "-c", "16-1-h", "--pp", "2", "--vpp", "2", "--layout", "Et*12|t*12L"], "--vpp"),
+    (["sweep", "-m", "mixtral-s", "--mix", "h800:8", "--prices", "h800=1e300", "--out", "r.jsonl"], "--prices"),
+    (["sweep", "-m", "mixtral-s", "--mix", "h800:8", "--prices", "h800=1e-320", "--out", "r.jsonl"], "--prices"),
+    (["sweep", "-m", "mixtral-s", "--mix", "h800:8", "--budget", "price<=1e400", "--out", "r.jsonl"], "--budget"),
+    (["calibrate", "public", "--device", "h100", "--params", ",", "--out", "cal"], "--params"),
+    (["profile", "--device-name", "x", "--out", "p", "--nproc", "0"], "--nproc"),
+    (["profile", "--device-name", "x", "--out", "p", "--collectives", "nope.json"], "nope.json"),
+    (["sweep", "-m", "mixtral-s", "--clusters", "16-1", "--out", "/dev/null"], "--out"),
 ]
 # usage errors: the usage line, one error line, exit 2
 USAGE_CASES: list[tuple[list[str], str]] = [
@@ -244,6 +253,51 @@ USAGE_CASES: list[tuple[list[str], str]] = [
 )
 def test_bad_flags(argv: list[str], name: str, tmp_path: Path, capsys: Any) -> None:
     run_bad(argv, tmp_path, capsys, name)
+
+
+@pytest.mark.parametrize("cmd", ["solve", "sweep"])
+def test_output_that_is_not_a_regular_file(cmd: str, tmp_path: Path, capsys: Any) -> None:
+    """A FIFO (or a device such as /dev/full) as --out: an atomic write would replace the special file."""
+    with tempfile.TemporaryDirectory() as other:  # outside the folder run_bad snapshots (reading a FIFO blocks)
+        fifo = Path(other) / "fifo"
+        os.mkfifo(fifo)
+        argv = [*SOLVE, "--out", str(fifo)]
+        if cmd == "sweep":
+            argv = ["sweep", "-m", "mixtral-s", "--clusters", "x", "--out", str(fifo)]
+        run_bad(argv, tmp_path, capsys, str(fifo), "--out", "regular file")
+        assert fifo.is_fifo()
+
+
+def test_profile_refuses_a_bad_peak_before_creating_anything(tmp_path: Path, capsys: Any) -> None:
+    pytest.importorskip("torch")  # without torch the refusal is that torch is missing (also before any folder)
+    run_bad(
+        ["profile", "--device-name", "x", "--out", "p/q", "--peak-tflops", "1e-320"], tmp_path, capsys, "--peak-tflops"
+    )
+
+
+def test_profile_without_torch_creates_nothing(tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if the `profile` extra were not installed
+    run_bad(["profile", "--device-name", "x", "--out", "p/q"], tmp_path, capsys, "PyTorch")
+
+
+def test_inputs_that_look_hostile_but_are_valid(tmp_path: Path, capsys: Any) -> None:
+    """Spreadsheet CSVs start with a byte-order mark; YAML 1.1 would read 1e3 as a string; nested repeats."""
+    csv = tmp_path / "runs.csv"
+    row = RUNS_DOC
+    cols = ["id", "source", "model", "cluster", "ep", "etp", "seq_length", "global_batch_size", "step_time_s"]
+    csv.write_bytes(("\ufeff" + ",".join(cols) + "\n" + ",".join(str(row[c]) for c in cols) + "\n").encode())
+    assert cli.run(["fidelity", str(csv), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["runs"] == 1
+    f = write(
+        tmp_path,
+        "m.yaml",
+        "moe_layer_freq: '((([1]*2)*2)*6)'\n"
+        + yaml.safe_dump({**MODEL_DOC, "moe_layer_freq": 1}).replace("moe_layer_freq: 1\n", ""),
+    )
+    assert cli.run(["models", str(f), "--json"]) == 0
+    capsys.readouterr()
 
 
 # ---------------------------------------------------------------------- files (table-driven)

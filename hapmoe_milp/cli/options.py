@@ -153,7 +153,8 @@ FamilyOpt = Annotated[
     typer.Option("--family", help="Plans to search: megatron (one mesh shape), hetero (per-stage meshes) or both."),
 ]
 TimeLimitOpt = Annotated[
-    float | None, typer.Option("--time-limit", help="Search time limit in seconds, > 0 (default 60).")
+    float | None,
+    typer.Option("--time-limit", help="Seconds for the whole command, model building included, > 0 (default 60)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print strict JSON on stdout instead of tables.")]
 TargetOpt = Annotated[str, typer.Option("--target", help="Framework: megatron (Megatron-LM) or flagscale.")]

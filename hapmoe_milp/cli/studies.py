@@ -74,6 +74,9 @@ def compare(
                 m, c, st, names, time_limit=limit, optimizer_offload="auto" if not optimizer_offload else True
             )
         rep.pop("solutions", None)
+        if not any(r.get("iteration_time_s") for r in rep["rows"]):  # nothing to compare: one line, exit 2
+            why = "; ".join(f"{r['method']}: {r['status']}" for r in rep["rows"])
+            raise InfeasibleError(f"no method found a plan ({why}); give them more time", field="--time-limit")
         if as_json:
             emit_json(rep)
             return
