@@ -30,6 +30,7 @@ MAX_SEQ_LENGTH = 1 << 24  # tokens per sample
 MAX_BATCH = 1 << 24  # global / micro batch size, samples
 MAX_VPP = 64  # virtual pipeline chunks per stage
 MAX_IMBALANCE = 100.0  # expert load-imbalance factor (1.0 = balanced)
+MAX_SIMULATED_OPS = 4_000_000  # forward/backward ops the event-driven 1F1B simulator steps through (~seconds)
 MAX_TIME_LIMIT_S = 7 * 24 * 3600.0  # solver time limit
 MAX_THREADS = 1_024  # solver worker threads (the largest hosts have a few hundred cores)
 

@@ -230,6 +230,8 @@ FLAG_CASES += [
     (["profile", "--device-name", "x", "--out", "p", "--nproc", "0"], "--nproc"),
     (["profile", "--device-name", "x", "--out", "p", "--collectives", "nope.json"], "nope.json"),
     (["sweep", "-m", "mixtral-s", "--clusters", "16-1", "--out", "/dev/null"], "--out"),
+    ([*EST, "--gbs", "16777216", "--simulate"], "--simulate"),
+    (["compare", "-m", "mixtral-s", "-c", "16-1", "--against", "megatron", "--time-limit", "1e-9"], "--time-limit"),
 ]
 # usage errors: the usage line, one error line, exit 2
 USAGE_CASES: list[tuple[list[str], str]] = [

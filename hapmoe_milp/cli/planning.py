@@ -135,7 +135,7 @@ def estimate(
             check_plan(p, m, c)
         except PlanError as exc:  # the plan came from flags: name the flag (stages[0].tp -> --tp)
             raise exc.at(field=_knob_flag(exc.field)) from None
-    with compute():
+    with compute(), flags({"simulate": "--simulate"}):
         est = estimate_plan(m, c, p, simulate=simulate, catalog=STATE.catalog, check=False)
     d = est.to_dict()
     if as_json:
@@ -249,7 +249,8 @@ def solve(
     if plot is not None:
         from hapmoe_milp.plot import plot_schedule
 
-        plot_schedule(m, c, sol.plan, plot)
+        with flags({"simulate": "--plot"}):
+            plot_schedule(m, c, sol.plan, plot)
     if sol.status == "timeout":
         note(timeout_hint(sol, limit))
     for path in written:
