@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated
 
 import typer
@@ -15,8 +14,6 @@ from hapmoe_milp.cli.options import (
 )
 from hapmoe_milp.cli.output import emit_json
 
-log = logging.getLogger("hapmoe_milp")
-
 
 def models(
     name: Annotated[str | None, typer.Argument(help="Catalog name or path (YAML or HF config.json).")] = None,
@@ -28,14 +25,7 @@ def models(
     cat = STATE.catalog
     if name:
         m = catalog_model(name, "NAME")
-        d = m.summary()
-        d["sources"] = list(m.sources)
-        if m.official:
-            d["official"] = {
-                "total_b": m.official.total_b,
-                "active_b": m.official.active_b,
-                "active_convention": m.official.active_convention,
-            }
+        d = m.describe()
         if as_json:
             emit_json(d)
         else:
@@ -58,17 +48,7 @@ def clusters(
     cat = STATE.catalog
     if name:
         c = catalog_cluster(name, "NAME")
-        d = c.summary()
-        d["groups"] = [
-            {"device": g.device.id, "nodes": g.nodes, "devices_per_node": g.devices_per_node} for g in c.groups
-        ]
-        d["cross_link"] = {
-            "efficiency": c.cross.efficiency,
-            "latency_us": c.cross.latency_us,
-            "bandwidth_GBps": c.cross.bandwidth_GBps,
-            "assumption": c.cross.assumption,
-        }
-        d["sources"] = list(c.sources)
+        d = c.describe()
         if as_json:
             emit_json(d)
         else:
@@ -91,17 +71,7 @@ def devices(
     cat = STATE.catalog
     if name:
         dv = cat.device(name, "", "NAME")
-        d = dv.summary()
-        d["origin"] = dv.origin
-        d["sources"] = list(dv.sources)
-        d["assumptions"] = list(dv.assumptions)
-        if dv.profiled:
-            d["profiled"] = dict(dv.profiled)
-        d["runtime"] = {k: {"value": v, "basis": dv.runtime_basis(k)} for k, v in dv.runtime.to_dict().items()}
-        if dv.calibration:
-            d["calibration"] = {k: v for k, v in dv.calibration.items() if k != "runs"} | {
-                "runs": [r.get("id") for r in dv.calibration.get("runs", [])]
-            }
+        d = dv.describe()
         if as_json:
             emit_json(d)
         else:

@@ -11,8 +11,9 @@ for MoE) element-wise work and stored activations are further split by TP.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -87,6 +88,21 @@ class LayerSplit:
 ZERO = LayerCost(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
+T = TypeVar("T")
+
+
+class _Compute(NamedTuple):
+    """A layer's kernel time (forward, backward) and the pieces its communication and recompute need."""
+
+    f_comp: float
+    b_comp: float
+    attn_core_f: float
+    attn_core_b: float
+    elem: float
+    routed_rows: float
+    n_tp_coll: int
+
+
 def _clip0(x: Any) -> Any:
     """``max(0, x)`` for a float or, elementwise, a numpy array."""
     return np.maximum(x, 0.0) if isinstance(x, np.ndarray) else max(0.0, x)
@@ -108,9 +124,18 @@ class CostModel:
         self.cluster = cluster
         self.settings = settings
         self.ep_comm_visible = ep_comm_visible
-        self._memo: dict[tuple, LayerCost] = {}
+        self._memo: dict[tuple[Any, ...], Any] = {}
 
     # ------------------------------------------------------------------ helpers
+    def _cached(self, tag: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)``, computed once per cost model: the same option is priced again and again (every
+        instance, every solver, the final estimate), and its price depends only on ``args``."""
+        key = (tag, *args)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = fn(*args)
+        return hit
+
     def device(self, did: str) -> DeviceSpec:
         return self.cluster.device(did)
 
@@ -125,22 +150,76 @@ class CostModel:
 
     # ------------------------------------------------------------------ one layer
     def layer(self, did: str, cfg: ParallelConfig, b: int, kind: LayerKind, recompute: Recompute) -> LayerCost:
-        key = ("L", did, cfg, b, kind, recompute)
-        hit = self._memo.get(key)
-        if hit is None:
-            hit = self._layer(did, cfg, b, kind, recompute)
-            self._memo[key] = hit
-        return hit
+        return self._cached("L", self._layer, did, cfg, b, kind, recompute)
 
     def _layer(self, did: str, cfg: ParallelConfig, b: int, kind: LayerKind, recompute: Recompute) -> LayerCost:
+        """One layer on one micro-batch of ``b`` samples: compute (:meth:`_layer_compute`), communication
+        (:meth:`_layer_comm`), then EP overlap, recompute, host overheads and memory, composed here."""
         m, st, dev = self.model, self.settings, self.device(did)
         prec = st.precision
-        S = st.seq_length
-        h = m.hidden_size
-        tp, cp = cfg.tp, cfg.cp
-        t = b * S / cp
-        ts = t / tp  # sequence-parallel shard
+        t = b * st.seq_length / cfg.cp
+        ts = t / cfg.tp  # sequence-parallel shard
         is_moe = kind == "moe" or (kind == "mtp" and m.mtp_is_moe)
+        c = self._layer_compute(dev, did, cfg, t, ts, kind, is_moe)
+        f_comp, b_comp, elem, routed_rows = c.f_comp, c.b_comp, c.elem, c.routed_rows
+        tp_f, cp_f, cp_b, ep_f = self._layer_comm(dev, did, cfg, t, ts, is_moe, c)
+        # EP overlap (--overlap-moe-expert-parallel-comm) runs one micro-batch's dispatch/combine beside another's
+        # computation, so it hides at most that computation: a share ep_overlap of min(comm, compute). Backward
+        # repeats the forward traffic.
+        ep_exposed = 1.0
+        if st.overlap_ep_comm and ep_f > 0:
+            hidden = dev.runtime.ep_overlap * min(2 * ep_f, f_comp + b_comp)
+            ep_exposed = 1.0 - hidden / (2 * ep_f)
+        ep_total = 2 * ep_f * ep_exposed
+
+        # ---- recompute: extra forward work during backward
+        rec = rec_tp = rec_cp = rec_ep = 0.0
+        if recompute == "full":
+            # the re-run forward repeats its communication too; book it under tp/cp/ep, not compute
+            rec_tp, rec_cp, rec_ep = tp_f, cp_f, ep_f * ep_exposed
+            rec = f_comp + tp_f + cp_f + ep_f * ep_exposed
+        elif recompute == "selective":
+            rec = elem + (memory_time(dev, 3 * routed_rows * m.expert_ffn / cfg.etp * BF16) if is_moe else 0.0)
+
+        gpu_f = f_comp + tp_f + cp_f + (ep_total / 2)
+        gpu_b = b_comp + tp_f + cp_b + (ep_total / 2) + rec
+        # ---- host: kernels issued per micro-batch, and the dropless router's token-count sync
+        kern = layer_kernels(m, cfg, kind, st.dispatcher, prec, recompute)
+        host_f = host_overhead(kern.fwd, dev, kern.syncs_fwd)
+        host_b = host_overhead(kern.bwd, dev, kern.syncs_bwd)
+        fwd, bwd, host = gpu_f + host_f, gpu_b + host_b, host_f + host_b
+
+        # ---- memory: weights + optimizer state, stored activations
+        p = m.layer_params(kind)
+        dense_local = p["tp"] / cfg.tp + p["replicated"]
+        exp_local = p["expert"] / (cfg.ep * cfg.etp) if p["expert"] else 0.0
+        act, work = self._activations(cfg, t, kind, is_moe, recompute, routed_rows)
+        weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, exp_local)
+        return LayerCost(
+            fwd=fwd,
+            bwd=bwd,
+            compute=f_comp + b_comp + rec - rec_tp - rec_cp - rec_ep,
+            tp=2 * tp_f + rec_tp,
+            cp=cp_f + cp_b + rec_cp,
+            ep=ep_total + rec_ep,
+            act=act,
+            weights=weights,
+            params_dense=dense_local,
+            params_expert=exp_local,
+            rs=rs,
+            ag=ag,
+            opt=opt,
+            work=work,
+            host=host,
+            parts={"recompute": rec, "kernels_fwd": kern.fwd, "kernels_bwd": kern.bwd},
+        )
+
+    def _layer_compute(
+        self, dev: DeviceSpec, did: str, cfg: ParallelConfig, t: float, ts: float, kind: LayerKind, is_moe: bool
+    ) -> _Compute:
+        """Forward and backward kernel time of a layer's GEMMs, attention core and memory-bound passes."""
+        m, st = self.model, self.settings
+        prec, S, h, tp = st.precision, st.seq_length, m.hidden_size, cfg.tp
 
         # ---- attention: projections (GEMMs, TP-sharded output dims) and flash-style core
         f_comp = 0.0
@@ -201,12 +280,18 @@ class CostModel:
             head_f, head_b = self._head(dev, t, tp, prec)
             f_comp += proj + head_f
             b_comp += 2 * proj + head_b
+        return _Compute(f_comp, b_comp, attn_core_f, attn_core_b, elem, routed_rows, n_tp_coll)
 
+    def _layer_comm(
+        self, dev: DeviceSpec, did: str, cfg: ParallelConfig, t: float, ts: float, is_moe: bool, c: _Compute
+    ) -> tuple[float, float, float, float]:
+        """(TP forward, CP forward, CP backward, EP forward) communication time of a layer, before overlap."""
+        m, h, tp, cp = self.model, self.model.hidden_size, cfg.tp, cfg.cp
         # ---- tensor-parallel collectives (sequence parallel: all-gather + reduce-scatter pairs)
         tp_f = 0.0
         if tp > 1:
             tp_f = (
-                n_tp_coll
+                c.n_tp_coll
                 / 2
                 * (
                     self.collective(dev, did, "all_gather", t * h * BF16, tp, tp)
@@ -219,62 +304,13 @@ class CostModel:
             kv_shards = tp if m.multi_latent_attention else min(tp, m.groups)
             kv_bytes = t * (m.kv_dim + m.v_dim) * BF16 / kv_shards
             step = self.collective(dev, did, "p2p", kv_bytes, 2, tp * cp)
-            cp_f = max(0.0, (cp - 1) * step - attn_core_f)
-            cp_b = max(0.0, 2 * (cp - 1) * step - attn_core_b)
+            cp_f = max(0.0, (cp - 1) * step - c.attn_core_f)
+            cp_b = max(0.0, 2 * (cp - 1) * step - c.attn_core_b)
         # ---- expert parallel: dispatch + combine
         ep_f = 0.0
         if is_moe and self.ep_comm_visible:
             ep_f = self._ep_comm(dev, did, cfg, ts)
-        # EP overlap (--overlap-moe-expert-parallel-comm) runs one micro-batch's dispatch/combine beside another's
-        # computation, so it hides at most that computation: a share ep_overlap of min(comm, compute). Backward
-        # repeats the forward traffic.
-        ep_exposed = 1.0
-        if st.overlap_ep_comm and ep_f > 0:
-            hidden = dev.runtime.ep_overlap * min(2 * ep_f, f_comp + b_comp)
-            ep_exposed = 1.0 - hidden / (2 * ep_f)
-        ep_total = 2 * ep_f * ep_exposed
-
-        # ---- recompute: extra forward work during backward
-        rec = rec_tp = rec_cp = rec_ep = 0.0
-        if recompute == "full":
-            # the re-run forward repeats its communication too; book it under tp/cp/ep, not compute
-            rec_tp, rec_cp, rec_ep = tp_f, cp_f, ep_f * ep_exposed
-            rec = f_comp + tp_f + cp_f + ep_f * ep_exposed
-        elif recompute == "selective":
-            rec = elem + (memory_time(dev, 3 * routed_rows * m.expert_ffn / cfg.etp * BF16) if is_moe else 0.0)
-
-        gpu_f = f_comp + tp_f + cp_f + (ep_total / 2)
-        gpu_b = b_comp + tp_f + cp_b + (ep_total / 2) + rec
-        # ---- host: kernels issued per micro-batch, and the dropless router's token-count sync
-        kern = layer_kernels(m, cfg, kind, st.dispatcher, prec, recompute)
-        host_f = host_overhead(kern.fwd, dev, kern.syncs_fwd)
-        host_b = host_overhead(kern.bwd, dev, kern.syncs_bwd)
-        fwd, bwd, host = gpu_f + host_f, gpu_b + host_b, host_f + host_b
-
-        # ---- memory: weights + optimizer state, stored activations
-        p = m.layer_params(kind)
-        dense_local = p["tp"] / tp + p["replicated"]
-        exp_local = p["expert"] / (cfg.ep * cfg.etp) if p["expert"] else 0.0
-        act, work = self._activations(cfg, t, kind, is_moe, recompute, routed_rows)
-        weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, exp_local)
-        return LayerCost(
-            fwd=fwd,
-            bwd=bwd,
-            compute=f_comp + b_comp + rec - rec_tp - rec_cp - rec_ep,
-            tp=2 * tp_f + rec_tp,
-            cp=cp_f + cp_b + rec_cp,
-            ep=ep_total + rec_ep,
-            act=act,
-            weights=weights,
-            params_dense=dense_local,
-            params_expert=exp_local,
-            rs=rs,
-            ag=ag,
-            opt=opt,
-            work=work,
-            host=host,
-            parts={"recompute": rec, "kernels_fwd": kern.fwd, "kernels_bwd": kern.bwd},
-        )
+        return tp_f, cp_f, cp_b, ep_f
 
     def expert_gemms(self, did: str, rows_per_expert: float, local: int, etp: int) -> float:
         """Forward of ``local`` routed experts with ``rows_per_expert`` rows each at width F/ETP: the two
@@ -515,84 +551,72 @@ class CostModel:
     # ------------------------------------------------------------------ stage edges
     def first_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
         """Input embedding on the first stage."""
-        key = ("E", did, cfg, b)
-        hit = self._memo.get(key)
-        if hit is None:
-            m, dev = self.model, self.device(did)
-            t = b * self.settings.seq_length / cfg.cp
-            ts = t / cfg.tp
-            lookup = memory_time(dev, 2 * ts * m.hidden_size * BF16)
-            tp_c = (
-                self.collective(dev, did, "reduce_scatter", t * m.hidden_size * BF16, cfg.tp, cfg.tp)
-                if cfg.tp > 1
-                else 0.0
-            )
-            dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp
-            weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
-            hit = LayerCost(
-                fwd=lookup + tp_c,
-                bwd=2 * lookup + tp_c,
-                compute=3 * lookup,
-                tp=2 * tp_c,
-                cp=0.0,
-                ep=0.0,
-                act=ts * m.hidden_size * BF16,
-                weights=weights,
-                params_dense=dense_local,
-                params_expert=0.0,
-                rs=rs,
-                ag=ag,
-                opt=opt,
-            )
-            self._memo[key] = hit
-        return hit
+        return self._cached("E", self._first_edge, did, cfg, b)
+
+    def _first_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
+        m, dev = self.model, self.device(did)
+        t = b * self.settings.seq_length / cfg.cp
+        ts = t / cfg.tp
+        lookup = memory_time(dev, 2 * ts * m.hidden_size * BF16)
+        tp_c = (
+            self.collective(dev, did, "reduce_scatter", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+        )
+        dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp
+        weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
+        return LayerCost(
+            fwd=lookup + tp_c,
+            bwd=2 * lookup + tp_c,
+            compute=3 * lookup,
+            tp=2 * tp_c,
+            cp=0.0,
+            ep=0.0,
+            act=ts * m.hidden_size * BF16,
+            weights=weights,
+            params_dense=dense_local,
+            params_expert=0.0,
+            rs=rs,
+            ag=ag,
+            opt=opt,
+        )
 
     def last_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
         """Final norm, output projection and loss on the last stage (plus a tied embedding copy)."""
-        key = ("H", did, cfg, b)
-        hit = self._memo.get(key)
-        if hit is None:
-            m, dev = self.model, self.device(did)
-            t = b * self.settings.seq_length / cfg.cp
-            head_f, head_b = self._head(dev, t, cfg.tp, self.settings.precision)
-            tp_c = (
-                self.collective(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
-            )
-            dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp + m.hidden_size * m.norm_params
-            weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
-            v_local = m.padded_vocab(cfg.tp) / cfg.tp
-            logits = 2 * t * v_local * FP32  # fp32 logits and their gradient, transient
-            hit = LayerCost(
-                fwd=head_f + tp_c,
-                bwd=head_b + tp_c,
-                compute=head_f + head_b,
-                tp=2 * tp_c,
-                cp=0.0,
-                ep=0.0,
-                act=t / cfg.tp * m.hidden_size * BF16,
-                weights=weights,
-                params_dense=dense_local,
-                params_expert=0.0,
-                rs=rs,
-                ag=ag,
-                opt=opt,
-                work=logits,
-            )
-            self._memo[key] = hit
-        return hit
+        return self._cached("H", self._last_edge, did, cfg, b)
+
+    def _last_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
+        m, dev = self.model, self.device(did)
+        t = b * self.settings.seq_length / cfg.cp
+        head_f, head_b = self._head(dev, t, cfg.tp, self.settings.precision)
+        tp_c = self.collective(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+        dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp + m.hidden_size * m.norm_params
+        weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
+        v_local = m.padded_vocab(cfg.tp) / cfg.tp
+        logits = 2 * t * v_local * FP32  # fp32 logits and their gradient, transient
+        return LayerCost(
+            fwd=head_f + tp_c,
+            bwd=head_b + tp_c,
+            compute=head_f + head_b,
+            tp=2 * tp_c,
+            cp=0.0,
+            ep=0.0,
+            act=t / cfg.tp * m.hidden_size * BF16,
+            weights=weights,
+            params_dense=dense_local,
+            params_expert=0.0,
+            rs=rs,
+            ag=ag,
+            opt=opt,
+            work=logits,
+        )
 
     def fixed_memory(self, did: str, cfg: ParallelConfig, b: int) -> float:
         """Per-rank bytes independent of layer count: one layer's working set (the largest kind, so the
         bound does not depend on which kinds a stage holds) plus framework overhead."""
-        key = ("F", did, cfg, b)
-        hit = self._memo.get(key)
-        if hit is None:
-            kinds = set(self.model.layer_kinds)
-            work = max(self.layer(did, cfg, b, k, "none").work for k in kinds)
-            hit_v = work + (OVERHEAD_TP if cfg.tp > 1 else OVERHEAD_TP1)
-            self._memo[key] = LayerCost(0, 0, 0, 0, 0, 0, 0, hit_v, 0, 0, 0, 0, 0)
-            return hit_v
-        return hit.weights
+        return self._cached("F", self._fixed_memory, did, cfg, b)
+
+    def _fixed_memory(self, did: str, cfg: ParallelConfig, b: int) -> float:
+        work = max(self.layer(did, cfg, b, k, "none").work for k in set(self.model.layer_kinds))
+        return work + (OVERHEAD_TP if cfg.tp > 1 else OVERHEAD_TP1)
 
     def exposed_sync(self, did: str, rs: Any, ag: Any, fwd: Any, bwd: Any, opt: Any) -> Any:
         """Data-parallel sync and optimizer step a stage adds after its last micro-batch (floats, or numpy
@@ -632,10 +656,9 @@ class CostModel:
 
         Sized on the sending stage's per-rank shard (sequence-parallel activations ``b*S/(CP*TP) x h``).
         """
-        key = ("P", src, src_cfg, src_b, dst, dst_devices)
-        hit = self._memo.get(key)
-        if hit is not None:
-            return hit.fwd
+        return self._cached("P", self._p2p, src, src_cfg, src_b, dst, dst_devices)
+
+    def _p2p(self, src: str, src_cfg: ParallelConfig, src_b: int, dst: str, dst_devices: int) -> float:
         m = self.model
         nbytes = src_b * self.settings.seq_length / src_cfg.cp / src_cfg.tp * m.hidden_size * BF16
         link = self.boundary_link(src, src_cfg.devices, dst, dst_devices)
@@ -646,6 +669,4 @@ class CostModel:
         else:
             val = collective_time(self.device(src), "p2p", link, nbytes, 2)
         # the share of the transfer the schedule does not hide (batched send/recv beside compute)
-        val *= self.device(src).runtime.p2p_exposed
-        self._memo[key] = LayerCost(val, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        return val
+        return val * self.device(src).runtime.p2p_exposed
