@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -26,16 +27,10 @@ def models(
     if name:
         m = catalog_model(name, "NAME")
         d = m.describe()
-        if as_json:
-            emit_json(d)
-        else:
-            render.console().print(render.kv_table(m.name, d))
+        _answer(as_json, d, lambda: render.kv_table(m.name, d))
         return
     rows = [cat.model(n).summary() for n in cat.model_names()]
-    if as_json:
-        emit_json(rows)
-    else:
-        render.console().print(render.models_table(rows))
+    _answer(as_json, rows, lambda: render.models_table(rows))
 
 
 def clusters(
@@ -49,16 +44,10 @@ def clusters(
     if name:
         c = catalog_cluster(name, "NAME")
         d = c.describe()
-        if as_json:
-            emit_json(d)
-        else:
-            render.console().print(render.kv_table(c.name, d))
+        _answer(as_json, d, lambda: render.kv_table(c.name, d))
         return
     rows = [cat.cluster(n).summary() for n in cat.cluster_names()]
-    if as_json:
-        emit_json(rows)
-    else:
-        render.console().print(render.clusters_table(rows))
+    _answer(as_json, rows, lambda: render.clusters_table(rows))
 
 
 def devices(
@@ -72,13 +61,17 @@ def devices(
     if name:
         dv = cat.device(name, "", "NAME")
         d = dv.describe()
-        if as_json:
-            emit_json(d)
-        else:
-            render.console().print(render.kv_table(f"{dv.id} ({dv.provenance})", d))
+        _answer(as_json, d, lambda: render.kv_table(f"{dv.id} ({dv.provenance})", d))
         return
     rows = [cat.device(n).summary() for n in cat.device_names()]
+    _answer(as_json, rows, lambda: render.devices_table(rows))
+
+
+def _answer(as_json: bool, value: Any, table: Callable[[], Any]) -> None:
+    """The answer on stdout: strict JSON, or the rich table (built only when it is shown)."""
     if as_json:
-        emit_json(rows)
+        emit_json(value)
     else:
-        render.console().print(render.devices_table(rows))
+        from hapmoe_milp import render
+
+        render.console().print(table())

@@ -562,21 +562,16 @@ class CostModel:
             self.collective(dev, did, "reduce_scatter", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
         )
         dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp
-        weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
-        return LayerCost(
+        return self._edge_cost(
+            dev,
+            did,
+            cfg,
+            dense_local,
             fwd=lookup + tp_c,
             bwd=2 * lookup + tp_c,
             compute=3 * lookup,
-            tp=2 * tp_c,
-            cp=0.0,
-            ep=0.0,
+            tp_c=tp_c,
             act=ts * m.hidden_size * BF16,
-            weights=weights,
-            params_dense=dense_local,
-            params_expert=0.0,
-            rs=rs,
-            ag=ag,
-            opt=opt,
         )
 
     def last_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
@@ -589,24 +584,52 @@ class CostModel:
         head_f, head_b = self._head(dev, t, cfg.tp, self.settings.precision)
         tp_c = self.collective(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
         dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp + m.hidden_size * m.norm_params
-        weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
         v_local = m.padded_vocab(cfg.tp) / cfg.tp
-        logits = 2 * t * v_local * FP32  # fp32 logits and their gradient, transient
-        return LayerCost(
+        return self._edge_cost(
+            dev,
+            did,
+            cfg,
+            dense_local,
             fwd=head_f + tp_c,
             bwd=head_b + tp_c,
             compute=head_f + head_b,
+            tp_c=tp_c,
+            act=t / cfg.tp * m.hidden_size * BF16,
+            work=2 * t * v_local * FP32,  # fp32 logits and their gradient, transient
+        )
+
+    def _edge_cost(
+        self,
+        dev: DeviceSpec,
+        did: str,
+        cfg: ParallelConfig,
+        dense_local: float,
+        *,
+        fwd: float,
+        bwd: float,
+        compute: float,
+        tp_c: float,
+        act: float,
+        work: float = 0.0,
+    ) -> LayerCost:
+        """An edge stage's extra work as a layer: dense parameters only (no experts, no CP exchange), its TP
+        collective once each way, and the parameters' state and DP sync priced like any layer's."""
+        weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
+        return LayerCost(
+            fwd=fwd,
+            bwd=bwd,
+            compute=compute,
             tp=2 * tp_c,
             cp=0.0,
             ep=0.0,
-            act=t / cfg.tp * m.hidden_size * BF16,
+            act=act,
             weights=weights,
             params_dense=dense_local,
             params_expert=0.0,
             rs=rs,
             ag=ag,
             opt=opt,
-            work=logits,
+            work=work,
         )
 
     def fixed_memory(self, did: str, cfg: ParallelConfig, b: int) -> float:
