@@ -16,7 +16,8 @@ import yaml
 
 from hapmoe_milp.errors import SpecError
 from hapmoe_milp.specs import Catalog
-from hapmoe_milp.specs.model import ModelSpec, model_from_dict
+from hapmoe_milp.specs.model import ModelSpec
+from hapmoe_milp.specs.model_doc import model_from_dict
 
 CAT = Catalog()
 
