@@ -19,11 +19,19 @@ from math import comb
 from hapmoe_milp.cost.primitives import distinct_groups
 
 
-def _p_none(pool: int, hit: int, k: int) -> float:
-    """Probability that ``k`` distinct experts drawn uniformly from ``pool`` miss ``hit`` given ones."""
-    if pool - hit < k:
-        return 0.0
-    return comb(pool - hit, k) / comb(pool, k)
+def _experts_per_chosen_group(per_group: int, topk: int, group_topk: int) -> dict[int, float]:
+    """Distribution of how many of a token's ``topk`` experts fall in one of its chosen groups.
+
+    A group is chosen for the sum of its best ``topk / group_topk`` scores, so each chosen group holds at
+    least one of the token's top-k experts (a simulation of Megatron's rule on i.i.d. scores gives 0.99 of
+    the chosen groups hit); we take one each and spread the other ``topk - group_topk`` uniformly over the
+    chosen groups' remaining experts (hypergeometric)."""
+    pool, draws, mine = group_topk * (per_group - 1), topk - group_topk, per_group - 1
+    return {
+        1 + x: comb(mine, x) * comb(pool - mine, draws - x) / comb(pool, draws)
+        for x in range(0, min(draws, mine) + 1)
+        if draws - x <= pool - mine
+    }
 
 
 def distinct_destinations(experts: int, topk: int, units: int, groups: int | None, group_topk: int | None) -> float:
@@ -32,28 +40,29 @@ def distinct_destinations(experts: int, topk: int, units: int, groups: int | Non
 
     Without groups it is :func:`distinct_groups`. With ``groups`` G and ``group_topk`` g:
 
-    - G a multiple of ``units`` (each unit holds c = G/units whole groups, DeepSeek-V3's node-limited case
-      when G = nodes): the chosen groups are a uniform g-subset of G, a unit holds j of them with
-      hypergeometric probability ``C(c, j) C(G-c, g-j) / C(G, g)``, and with j chosen groups it is hit unless
-      all ``topk`` experts fall in the other ``g - j`` chosen groups;
-    - ``units`` a multiple of G (each group spans s = units/G units): the token's experts are uniform over
-      the g chosen groups' ``g*s`` units, so :func:`distinct_groups` on those;
+    - G a multiple of ``units`` (each unit holds c = G/units whole groups; DeepSeek-V3's node-limited case
+      when G = nodes): every chosen group is hit, and the g chosen groups are a uniform g-subset of G, so a
+      unit is hit unless none of its c groups is chosen: ``units * (1 - C(G-c, g) / C(G, g))``;
+    - ``units`` a multiple of G (each group spans s = units/G units of m/s experts): a chosen group with n of
+      the token's experts (:func:`_experts_per_chosen_group`) misses a given one of its units with
+      probability ``C(m - m/s, n) / C(m, n)``;
     - otherwise (groups straddle units) the ungrouped value, an upper bound.
+
+    tests/test_cost_routing.py checks these against a simulation of Megatron's selection.
     """
     if units <= 1:
         return 1.0
-    if not groups or not group_topk or groups <= 1 or group_topk >= groups:
+    if not groups or not group_topk or groups <= 1 or group_topk >= groups or topk < group_topk:
         return distinct_groups(experts, topk, units)
     G, g = groups, group_topk
-    per_group = experts // G
+    m = experts // G
     if G % units == 0:
         c = G // units
-        total = 0.0
-        for j in range(1, min(c, g) + 1):
-            p_j = comb(c, j) * comb(G - c, g - j) / comb(G, g)
-            total += p_j * (1.0 - _p_none(g * per_group, j * per_group, topk))
-        return units * total
+        return units * (1.0 - comb(G - c, g) / comb(G, g))
     if units % G == 0:
         s = units // G
-        return distinct_groups(g * per_group, topk, g * s)
+        per_unit = m // s
+        dist = _experts_per_chosen_group(m, topk, g)
+        miss = sum(p * comb(m - per_unit, n) / comb(m, n) for n, p in dist.items())
+        return g * s * (1.0 - miss)
     return distinct_groups(experts, topk, units)
