@@ -18,7 +18,7 @@ import numpy as np
 
 from hapmoe_milp.config import ParallelConfig, Recompute, Settings
 from hapmoe_milp.cost.kernels import layer_kernels
-from hapmoe_milp.cost.mixers import mixer_cost, mixer_cp_bytes
+from hapmoe_milp.cost.mixers import mixer_cost, mixer_cp_bytes, mixer_out_width, recomputed_activations
 from hapmoe_milp.cost.primitives import (
     BF16,
     FP32,
@@ -181,7 +181,7 @@ class CostModel:
         # ---- FP8: every GEMM input is quantised first (read bf16, write fp8), activations forward and
         # output gradients backward
         if prec == "fp8":
-            ins = t * h + t * self._mixer_out_width(mixer) / tp if mixer else 0.0
+            ins = t * h + t * mixer_out_width(m, mixer) / tp if mixer else 0.0
             if is_moe:
                 ins += routed_rows * (h + m.expert_ffn / cfg.etp)
                 if m.moe_shared_expert_intermediate_size:
@@ -345,15 +345,6 @@ class CostModel:
             return mc.fwd, mc.bwd, 0.0, 0.0
         return 0.0, 0.0, 0.0, 0.0
 
-    def _mixer_out_width(self, mixer: str | None) -> float:
-        """Width of the mixer's out-projection input (what FP8 quantises besides the layer input)."""
-        m = self.model
-        if mixer == "gdn":
-            return m.gdn_shape.v
-        if mixer == "mamba":
-            return m.mamba_shape.inner
-        return m.q_dim
-
     def _attention_act(self, ts: float) -> float:
         """Stored bytes of an attention sub-layer for ``ts`` tokens of the sequence-parallel shard (see
         :meth:`_activations`)."""
@@ -388,17 +379,16 @@ class CostModel:
             mix_act = mixer_cost(m, dev, mixer, t, cfg.tp, self.settings.seq_length, "bf16").act
         else:
             mix_act = 0.0
-        full = mix_act + mlp_act
-        work = mix_act + mlp_work
-        sublayers = (mixer is not None) + (mlp_kind is not None)
-        if recompute == "none":
-            return full, work
-        if recompute == "full":
-            return ts * 2 * m.hidden_size, work
-        saved = sublayers * ts * 2 * m.hidden_size  # the norms' outputs (Megatron's `layernorm` module)
-        if is_moe:
-            saved += routed * self.settings.imbalance * 2 * m.expert_ffn / cfg.etp  # `moe_act`
-        return full - saved, work
+        saved_moe = routed * self.settings.imbalance * 2 * m.expert_ffn / cfg.etp if is_moe else 0.0
+        return recomputed_activations(
+            mix_act,
+            mlp_act,
+            mlp_work,
+            (mixer is not None) + (mlp_kind is not None),
+            ts * 2 * m.hidden_size,
+            saved_moe,
+            recompute,
+        )
 
     def _core_macs(self) -> float:
         """Attention-core multiply-accumulates per (query token, key token) pair, all heads."""
