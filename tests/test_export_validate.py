@@ -132,6 +132,7 @@ CHUNKED = replace(MIX, attention_chunk_size=1024, no_rope_freq=4)
 CASES: list[Case] = [
     Case("rule_megatron_architecture", plan([12, 12], HB, G8), model=replace(HYBRID, mamba_version=1)),
     Case("rule_megatron_attention_differs", GOOD_MG, model=CHUNKED),
+    Case("rule_fs_gpt_models_only", GOOD_FS, "flagscale", model=HYBRID),
     Case("rule_hybrid_pipeline_split", plan([8, 7, 5, 4], ["h800", "h800", "910b", "910b"], G4), model=HYBRID),
     Case(
         "rule_offload_flags",

@@ -770,6 +770,19 @@ def rule_even_split(ctx: Context) -> Iterator[Violation]:
 
 # ====================================================================== FlagScale target
 @rule("flagscale")
+def rule_fs_gpt_models_only(ctx: Context) -> Iterator[Violation]:
+    """FlagScale's heterogeneous runs enter through its train_gpt.py (reference/megatron.md §5.1): GPT models
+    only, not Megatron's hybrid (Mamba) stack."""
+    if ctx.model.is_hybrid:
+        yield _v(
+            "rule_fs_gpt_models_only",
+            "model",
+            f"{ctx.model.name} is a hybrid (Mamba) model; FlagScale's heterogeneous training (train_gpt.py) builds "
+            "GPT models only: export it to Megatron-LM (pretrain_mamba.py) with one mesh for every stage",
+        )
+
+
+@rule("flagscale")
 def rule_fs_same_cp(ctx: Context) -> Iterator[Violation]:
     cps = [s.cfg.cp for s in ctx.plan.stages]
     if len(set(cps)) > 1:
