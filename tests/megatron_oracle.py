@@ -46,6 +46,11 @@ NOT_CONFIG = {
     "overlap_grad_reduce",
     "overlap_param_gather",
     "make_vocab_size_divisible_by",
+    # GPTModel / MambaModel constructor arguments (megatron/training gpt_builders, pretrain_mamba.py), not
+    # TransformerConfig fields
+    "rotary_percent",
+    "hybrid_override_pattern",
+    "spec",
 }
 # flags that configure the optimizer (OptimizerConfig, checked by optimizer_config_from_args)
 OPTIMIZER_FLAGS = {
@@ -82,8 +87,12 @@ def config_from_args(parsed: dict[str, Any]) -> TransformerConfig:
             kw["add_bias_linear"] = False
         elif k == "bf16":
             kw.update(bf16=True, params_dtype=torch.bfloat16)
-        elif k == "moe_layer_freq":
+        elif k in ("moe_layer_freq", "no_rope_freq", "linear_attention_freq"):
             kw[k] = moe_freq_type(v)
+        elif k == "squared_relu":  # validate_args: activation_func = squared_relu, no GLU
+            from megatron.core.activations import squared_relu
+
+            kw.update(activation_func=squared_relu, gated_linear_unit=False, bias_activation_fusion=False)
         elif k == "recompute_modules":
             kw[k] = v if isinstance(v, list) else [v]
         elif k in RENAMED:

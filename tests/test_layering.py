@@ -15,6 +15,7 @@ design decision, and this table is where it is written down.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
 
@@ -63,11 +64,6 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     ROOT: frozenset({"api", "errors"}),
 }
 MAY_IMPORT["cli"] = frozenset(MAY_IMPORT) - {"cli"}
-
-# Cycles someone is already taking apart, each naming who (issue 21). Nothing else may form a cycle.
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"hapmoe_milp.specs.model", "hapmoe_milp.specs.hf_import"}): "the models engineer (issue 21)",
-}
 
 
 # ---------------------------------------------------------------------- reading the package
@@ -132,7 +128,9 @@ def imports_of(module: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def cycles() -> list[frozenset[str]]:
+def cycles(
+    edges: Callable[[str], Iterable[str]] = imports_of, nodes: Iterable[str] | None = None
+) -> list[frozenset[str]]:
     """Strongly connected groups of modules (Tarjan), each one an import cycle."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -142,7 +140,7 @@ def cycles() -> list[frozenset[str]]:
     def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
-        for w in imports_of(v):
+        for w in edges(v):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -158,7 +156,7 @@ def cycles() -> list[frozenset[str]]:
             if len(group) > 1:
                 found.append(frozenset(group))
 
-    for m in modules():
+    for m in modules() if nodes is None else nodes:
         if m not in index:
             visit(m)
     return found
@@ -177,15 +175,9 @@ def test_imports_follow_the_table(module: str) -> None:
     assert bad == [], f"{module} ({mine}) may import {sorted(MAY_IMPORT[mine])}, not {bad}"
 
 
-def test_no_import_cycles_but_the_known_ones() -> None:
-    unknown = [sorted(c) for c in cycles() if c not in KNOWN_CYCLES]
-    assert unknown == []
-
-
-@pytest.mark.xfail(strict=True, reason="specs/model.py <-> specs/hf_import.py: the models engineer (issue 21)")
-def test_the_specs_cycle_is_gone() -> None:
-    """Flips to XPASS (a failure, strict) when the cycle is broken: then drop it from KNOWN_CYCLES."""
-    assert frozenset({"hapmoe_milp.specs.model", "hapmoe_milp.specs.hf_import"}) not in cycles()
+def test_no_import_cycles() -> None:
+    """No group of modules imports each other around a loop (at any depth of their code)."""
+    assert [sorted(c) for c in cycles()] == []
 
 
 def test_the_reader_sees_real_imports() -> None:
@@ -194,5 +186,7 @@ def test_the_reader_sees_real_imports() -> None:
     assert "hapmoe_milp.search.dp" in imports_of("hapmoe_milp.api")  # a lazy import inside solve()
     assert "hapmoe_milp.baselines.common" in imports_of("hapmoe_milp.baselines.metis")  # `from .common`
     assert "hapmoe_milp.cli.catalog" in imports_of("hapmoe_milp.cli.app")  # `from hapmoe_milp.cli import catalog`
+    graph = {"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"], "e": ["e"]}
+    assert cycles(graph.__getitem__, graph) == [frozenset({"a", "b", "c"})]
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import hapmoe_milp.api\n")
     assert not any(isinstance(n, ast.Import) for n in _runtime_nodes(tree))

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from hapmoe_milp.config import ParallelConfig, Recompute, Settings
 from hapmoe_milp.cost.kernels import layer_kernels
+from hapmoe_milp.cost.layer import ELEMENTWISE_PASSES_H, layer_comm, layer_compute  # noqa: F401 (re-exported)
+from hapmoe_milp.cost.mixers import mixer_cost, recomputed_activations
 from hapmoe_milp.cost.primitives import (
     BF16,
     FP32,
@@ -26,11 +28,11 @@ from hapmoe_milp.cost.primitives import (
     attention_time,
     collective_time,
     dispatch_time,
-    distinct_groups,
     gemm_time,
     host_overhead,
     memory_time,
 )
+from hapmoe_milp.cost.routing import distinct_destinations
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.device import DeviceSpec
 from hapmoe_milp.specs.model import LayerKind, ModelSpec
@@ -42,11 +44,6 @@ ADAM_BYTES_PER_PARAM = 30
 # Framework/allocator overhead per rank, as Sailor's simulator uses (reference/papers.md §6.4).
 OVERHEAD_TP1 = 2.0 * GIB
 OVERHEAD_TP = 3.0 * GIB
-# Element-wise passes over a [t, h] bf16 tensor per layer forward: two norms (read+write each), two
-# residual adds (2 reads + 1 write), rotary embedding on Q/K, dropout/bias fusions -- an assumption.
-ELEMENTWISE_PASSES_H = 14
-# Permute + unpermute of routed tokens, read + write each, forward.
-PERMUTE_PASSES = 4
 
 
 @dataclass(frozen=True)
@@ -89,18 +86,6 @@ ZERO = LayerCost(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
 T = TypeVar("T")
-
-
-class _Compute(NamedTuple):
-    """A layer's kernel time (forward, backward) and the pieces its communication and recompute need."""
-
-    f_comp: float
-    b_comp: float
-    attn_core_f: float
-    attn_core_b: float
-    elem: float
-    routed_rows: float
-    n_tp_coll: int
 
 
 def _clip0(x: Any) -> Any:
@@ -153,16 +138,18 @@ class CostModel:
         return self._cached("L", self._layer, did, cfg, b, kind, recompute)
 
     def _layer(self, did: str, cfg: ParallelConfig, b: int, kind: LayerKind, recompute: Recompute) -> LayerCost:
-        """One layer on one micro-batch of ``b`` samples: compute (:meth:`_layer_compute`), communication
-        (:meth:`_layer_comm`), then EP overlap, recompute, host overheads and memory, composed here."""
+        """One layer on one micro-batch of ``b`` samples: kernel time and communication
+        (:mod:`hapmoe_milp.cost.layer`), then EP overlap, recompute, host overheads and memory, composed here."""
         m, st, dev = self.model, self.settings, self.device(did)
         prec = st.precision
+        tp = cfg.tp
         t = b * st.seq_length / cfg.cp
-        ts = t / cfg.tp  # sequence-parallel shard
-        is_moe = kind == "moe" or (kind == "mtp" and m.mtp_is_moe)
-        c = self._layer_compute(dev, did, cfg, t, ts, kind, is_moe)
+        ts = t / tp  # sequence-parallel shard
+        mixer, mlp_kind = m.kind_parts(kind)
+        is_moe = mlp_kind == "moe"
+        c = layer_compute(self, dev, did, cfg, t, ts, kind, mixer, mlp_kind)
         f_comp, b_comp, elem, routed_rows = c.f_comp, c.b_comp, c.elem, c.routed_rows
-        tp_f, cp_f, cp_b, ep_f = self._layer_comm(dev, did, cfg, t, ts, is_moe, c)
+        tp_f, cp_f, cp_b, ep_f = layer_comm(self, dev, did, cfg, t, ts, mixer, is_moe, c)
         # EP overlap (--overlap-moe-expert-parallel-comm) runs one micro-batch's dispatch/combine beside another's
         # computation, so it hides at most that computation: a share ep_overlap of min(comm, compute). Backward
         # repeats the forward traffic.
@@ -191,9 +178,11 @@ class CostModel:
 
         # ---- memory: weights + optimizer state, stored activations
         p = m.layer_params(kind)
-        dense_local = p["tp"] / cfg.tp + p["replicated"]
+        dense_local = p["tp"] / tp + p["replicated"]
         exp_local = p["expert"] / (cfg.ep * cfg.etp) if p["expert"] else 0.0
         act, work = self._activations(cfg, t, kind, is_moe, recompute, routed_rows)
+        if mixer != "attention" or mlp_kind is None:
+            act, work = self._hybrid_activations(dev, cfg, t, kind, recompute, routed_rows)
         weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, exp_local)
         return LayerCost(
             fwd=fwd,
@@ -213,104 +202,6 @@ class CostModel:
             host=host,
             parts={"recompute": rec, "kernels_fwd": kern.fwd, "kernels_bwd": kern.bwd},
         )
-
-    def _layer_compute(
-        self, dev: DeviceSpec, did: str, cfg: ParallelConfig, t: float, ts: float, kind: LayerKind, is_moe: bool
-    ) -> _Compute:
-        """Forward and backward kernel time of a layer's GEMMs, attention core and memory-bound passes."""
-        m, st = self.model, self.settings
-        prec, S, h, tp = st.precision, st.seq_length, m.hidden_size, cfg.tp
-
-        # ---- attention: projections (GEMMs, TP-sharded output dims) and flash-style core
-        f_comp = 0.0
-        attn_lin = self._attention_gemms(dev, t, tp, prec)
-        # causal: each query sees S/2 keys on average (fewer under a sliding window)
-        core_flops_f = t * S * self._core_macs() * 2 / tp * m.attention_keys_factor(S)
-        attn_core_f = attention_time(dev, core_flops_f, S, backward=False)
-        attn_core_b = attention_time(dev, 2.5 * core_flops_f, S, backward=True)
-        f_comp += attn_lin + attn_core_f
-        b_comp = 2 * attn_lin + attn_core_b
-        elem = memory_time(dev, ELEMENTWISE_PASSES_H * ts * h * BF16)
-        f_comp += elem
-        b_comp += 2 * elem
-
-        # ---- MLP: dense, or router + routed experts + shared experts
-        n_tp_coll = 2  # attention AG + RS (forward)
-        routed_rows = 0.0
-        if is_moe:
-            E = m.num_experts or 1
-            k = m.moe_router_topk
-            local = E // cfg.ep
-            rows_per_expert = k * t * cfg.ep * cfg.etp / (tp * E)
-            routed_rows = rows_per_expert * local
-            imb = st.imbalance
-            exp_f = self.expert_gemms(did, rows_per_expert, local, cfg.etp)
-            router = gemm_time(dev, ts, E, h, "bf16") + memory_time(dev, 4 * ts * E * FP32)
-            permute = memory_time(dev, PERMUTE_PASSES * k * ts * h * BF16)
-            f_comp += imb * exp_f + router + permute
-            b_comp += imb * 2 * exp_f + 2 * router + 2 * permute
-            if m.moe_shared_expert_intermediate_size:
-                sh = self._mlp_gemms(dev, t, m.moe_shared_expert_intermediate_size / tp, prec)
-                f_comp += sh
-                b_comp += 2 * sh
-                n_tp_coll += 2
-        else:
-            mlp = self._mlp_gemms(dev, t, m.ffn / tp, prec)
-            f_comp += mlp
-            b_comp += 2 * mlp
-            n_tp_coll += 2
-
-        # ---- FP8: every GEMM input is quantised first (read bf16, write fp8), activations forward and
-        # output gradients backward
-        if prec == "fp8":
-            ins = t * h + t * m.q_dim / tp
-            if is_moe:
-                ins += routed_rows * (h + m.expert_ffn / cfg.etp)
-                if m.moe_shared_expert_intermediate_size:
-                    ins += t * (h + m.moe_shared_expert_intermediate_size / tp)
-            else:
-                ins += t * (h + m.ffn / tp)
-            cast = memory_time(dev, 3 * ins)
-            f_comp += cast
-            b_comp += 2 * cast
-
-        # ---- MTP extras: 2h->h projection and its own logits + loss
-        if kind == "mtp":
-            proj = gemm_time(dev, t, h / tp, 2 * h, prec)
-            head_f, head_b = self._head(dev, t, tp, prec)
-            f_comp += proj + head_f
-            b_comp += 2 * proj + head_b
-        return _Compute(f_comp, b_comp, attn_core_f, attn_core_b, elem, routed_rows, n_tp_coll)
-
-    def _layer_comm(
-        self, dev: DeviceSpec, did: str, cfg: ParallelConfig, t: float, ts: float, is_moe: bool, c: _Compute
-    ) -> tuple[float, float, float, float]:
-        """(TP forward, CP forward, CP backward, EP forward) communication time of a layer, before overlap."""
-        m, h, tp, cp = self.model, self.model.hidden_size, cfg.tp, cfg.cp
-        # ---- tensor-parallel collectives (sequence parallel: all-gather + reduce-scatter pairs)
-        tp_f = 0.0
-        if tp > 1:
-            tp_f = (
-                c.n_tp_coll
-                / 2
-                * (
-                    self.collective(dev, did, "all_gather", t * h * BF16, tp, tp)
-                    + self.collective(dev, did, "reduce_scatter", t * h * BF16, tp, tp)
-                )
-            )
-        # ---- context parallel: ring exchange of K/V chunks, hidden behind the attention core when it can be
-        cp_f = cp_b = 0.0
-        if cp > 1:
-            kv_shards = tp if m.multi_latent_attention else min(tp, m.groups)
-            kv_bytes = t * (m.kv_dim + m.v_dim) * BF16 / kv_shards
-            step = self.collective(dev, did, "p2p", kv_bytes, 2, tp * cp)
-            cp_f = max(0.0, (cp - 1) * step - c.attn_core_f)
-            cp_b = max(0.0, 2 * (cp - 1) * step - c.attn_core_b)
-        # ---- expert parallel: dispatch + combine
-        ep_f = 0.0
-        if is_moe and self.ep_comm_visible:
-            ep_f = self._ep_comm(dev, did, cfg, ts)
-        return tp_f, cp_f, cp_b, ep_f
 
     def expert_gemms(self, did: str, rows_per_expert: float, local: int, etp: int) -> float:
         """Forward of ``local`` routed experts with ``rows_per_expert`` rows each at width F/ETP: the two
@@ -359,6 +250,69 @@ class CostModel:
         bipartite, so the side with fewer devices sets the time; plus the link latency."""
         bw = self.cluster.cross.bandwidth(self.device(src), self.device(dst)) * 1e9
         return max(total_bytes / src_devices, total_bytes / dst_devices) / bw + self.cluster.cross.latency_us * 1e-6
+
+    def _mixer_time(
+        self, dev: DeviceSpec, mixer: str | None, t: float, tp: int, prec: str
+    ) -> tuple[float, float, float, float]:
+        """Forward and backward compute of a layer's token mixer, and of the attention core alone (what
+        context parallelism's ring exchange can hide behind); zeros for a layer without a mixer."""
+        m, S = self.model, self.settings.seq_length
+        if mixer == "attention":
+            attn_lin = self._attention_gemms(dev, t, tp, prec)
+            # causal: each query sees S/2 keys on average (fewer under a sliding window or in chunks)
+            core_flops_f = t * S * self._core_macs() * 2 / tp * m.attention_keys_factor(S)
+            core_f = attention_time(dev, core_flops_f, S, backward=False)
+            core_b = attention_time(dev, 2.5 * core_flops_f, S, backward=True)
+            return attn_lin + core_f, 2 * attn_lin + core_b, core_f, core_b
+        if mixer in ("gdn", "mamba"):
+            mc = mixer_cost(m, dev, mixer, t, tp, S, prec)
+            return mc.fwd, mc.bwd, 0.0, 0.0
+        return 0.0, 0.0, 0.0, 0.0
+
+    def _attention_act(self, ts: float) -> float:
+        """Stored bytes of an attention sub-layer for ``ts`` tokens of the sequence-parallel shard (see
+        :meth:`_activations`)."""
+        m, h = self.model, self.model.hidden_size
+        if m.multi_latent_attention:
+            n = m.num_attention_heads
+            qkv = 2 * n * (m.qk_head_dim + m.qk_pos_emb_head_dim) + n * m.v_head_dim
+            latent = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_pos_emb_head_dim
+            return ts * (5 * h + 2 * qkv + 2 * n * m.v_head_dim + 2 * latent)
+        qkv = m.q_dim + 2 * m.groups * m.head_dim
+        return ts * (5 * h + 2 * qkv + 2 * m.q_dim)
+
+    def _hybrid_activations(
+        self, dev: DeviceSpec, cfg: ParallelConfig, t: float, kind: LayerKind, recompute: Recompute, routed: float
+    ) -> tuple[float, float]:
+        """Stored bytes and working set of a layer that is not attention + MLP: a gated-DeltaNet mixer with
+        its MLP, or one of a hybrid model's one-sub-layer layers. The MLP part is :meth:`_activations`'
+        (an attention+MLP layer's bytes less its attention part), the mixer part :func:`mixer_cost`'s."""
+        m = self.model
+        mixer, mlp_kind = m.kind_parts(kind)
+        ts = t / cfg.tp
+        is_moe = mlp_kind == "moe"
+        mlp_act = mlp_work = 0.0
+        attn_only = self._attention_act(ts)
+        if mlp_kind:
+            ref = "moe" if is_moe else "dense"
+            full_act, full_work = self._activations(cfg, t, ref, is_moe, "none", routed)
+            mlp_act, mlp_work = full_act - attn_only, full_work - attn_only
+        if mixer == "attention":
+            mix_act = attn_only
+        elif mixer in ("gdn", "mamba"):
+            mix_act = mixer_cost(m, dev, mixer, t, cfg.tp, self.settings.seq_length, "bf16").act
+        else:
+            mix_act = 0.0
+        saved_moe = routed * self.settings.imbalance * 2 * m.expert_ffn / cfg.etp if is_moe else 0.0
+        return recomputed_activations(
+            mix_act,
+            mlp_act,
+            mlp_work,
+            (mixer is not None) + (mlp_kind is not None),
+            ts * 2 * m.hidden_size,
+            saved_moe,
+            recompute,
+        )
 
     def _core_macs(self) -> float:
         """Attention-core multiply-accumulates per (query token, key token) pair, all heads."""
@@ -425,8 +379,10 @@ class CostModel:
             if st.dispatcher == "flex":
                 # DeepEP/HybridEP send a token once per distinct destination node over the network and once
                 # per distinct destination rank over NVLink (forwarded inside the receiving node)
-                inter = (nodes - 1) / nodes * distinct_groups(E, k, round(nodes)) if nodes > 1 else 0.0
-                intra = distinct_groups(E, k, cfg.ep)
+                # (group-limited routing bounds the distinct destinations: cost/routing.py)
+                g, gk = m.moe_router_num_groups, m.moe_router_group_topk
+                inter = (nodes - 1) / nodes * distinct_destinations(E, k, round(nodes), g, gk) if nodes > 1 else 0.0
+                intra = distinct_destinations(E, k, cfg.ep, g, gk)
             else:
                 # the alltoall dispatcher sends one copy per routed (token, expert) pair
                 inter = k * (1.0 - local / cfg.ep)
@@ -481,14 +437,7 @@ class CostModel:
         tp = cfg.tp
         ts = t / tp
         glu_out = 2 if m.swiglu else 1
-        if m.multi_latent_attention:
-            n = m.num_attention_heads
-            qkv = 2 * n * (m.qk_head_dim + m.qk_pos_emb_head_dim) + n * m.v_head_dim
-            latent = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_pos_emb_head_dim
-            attn = ts * (5 * h + 2 * qkv + 2 * n * m.v_head_dim + 2 * latent)
-        else:
-            qkv = m.q_dim + 2 * m.groups * m.head_dim
-            attn = ts * (5 * h + 2 * qkv + 2 * m.q_dim)
+        attn = self._attention_act(ts)
         if is_moe:
             fe = m.expert_ffn / cfg.etp
             mlp = ts * 5 * h + routed_rows * self.settings.imbalance * (2 * h + 2 * glu_out * fe + 2 * fe)
