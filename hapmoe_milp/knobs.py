@@ -6,7 +6,7 @@ from typing import Any
 
 from hapmoe_milp.config import RECOMPUTE_LEVELS, ParallelConfig, Settings, check_choice, check_int
 from hapmoe_milp.errors import PlanError
-from hapmoe_milp.export.megatron import layout_problems, layout_rank_layers, parse_layout
+from hapmoe_milp.layout import layout_problems, layout_rank_layers, parse_layout
 from hapmoe_milp.limits import MAX_DEVICES
 from hapmoe_milp.plan import Plan, Stage
 
@@ -60,7 +60,11 @@ def plan_from_knobs(
         vpp = chunks
     else:
         if n_layers % pp:
-            raise PlanError(f"{n_layers} layers do not split evenly over pp={pp}; give a layout", field="pp")
+            what = f"{n_layers} layers"
+            if model.mtp_num_layers:
+                mtp = model.mtp_num_layers
+                what += f" ({model.num_layers} decoder layers + {mtp} MTP layer{'s' if mtp > 1 else ''})"
+            raise PlanError(f"{what} do not split evenly over pp={pp}; give a layout", field="pp")
         counts = [n_layers // pp] * pp
         vpp = 1 if vpp is None else vpp
     stages = []

@@ -17,8 +17,7 @@ MAX_HEADS = 1 << 16  # attention heads and query groups
 MAX_EXPERTS = 1 << 16  # routed experts
 MAX_VOCAB = 1 << 25  # vocabulary entries
 MAX_FREQ_EXPR_LEN = 100_000  # entries a moe_layer_freq list expression may expand to
-MAX_EXPR_NESTING = 32  # parentheses nested in a moe_layer_freq or layout expression (real ones use 1 or 2)
-MAX_LAYOUT_CHARS = 1_000_000  # characters a --pipeline-model-parallel-layout may expand to
+MAX_EXPR_NESTING = 32  # parentheses nested in a moe_layer_freq expression (real ones use 1 or 2)
 
 # cluster
 MAX_DEVICES = 65_536  # devices in one cluster (all groups)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hapmoe_milp.config import SOLVER_BACKENDS, check_solver_options, check_time_limit
+from hapmoe_milp.config import SOLVER_BACKENDS, SOLVERS, check_solver_options, check_time_limit
 from hapmoe_milp.errors import HapmoeError
 from hapmoe_milp.space import Pruning
 from hapmoe_milp.specs._fields import Fields, load_document
@@ -55,7 +55,7 @@ def load_preset(ref: str | Path, root: Path) -> Preset:
     src = str(p)
     f = Fields(load_document(p), src)
     name = f.str_("name", p.stem)
-    solver = f.choice("solver", ("dp", "cpsat", "milp", "auto"), "dp")
+    solver = f.choice("solver", SOLVERS, "dp")
     tl = f.float_("time_limit", None, positive=False)
     pruning = _pruning(f.sub("pruning", None))
     opts: dict[str, Any] = {

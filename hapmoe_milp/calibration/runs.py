@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hapmoe_milp.config import DISPATCHERS
 from hapmoe_milp.errors import SpecError
 from hapmoe_milp.limits import (
     RANGE_MEMORY_GIB,
@@ -23,7 +24,6 @@ from hapmoe_milp.limits import (
     RANGE_TOKENS_PER_S_PER_DEVICE,
 )
 from hapmoe_milp.specs._fields import Fields, load_document
-from hapmoe_milp.specs.model import DISPATCHERS
 
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp8")

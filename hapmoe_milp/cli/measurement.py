@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from hapmoe_milp.cli.options import (
-    STATE,
-    JsonOpt,
-)
+from hapmoe_milp.cli.options import STATE, JsonOpt, flags
 from hapmoe_milp.cli.output import compute, emit_json
 from hapmoe_milp.errors import HapmoeError
-
-log = logging.getLogger("hapmoe_milp")
 
 
 # ---------------------------------------------------------------------- profiler
@@ -38,18 +32,19 @@ def profile(
     """Measure this machine's device table with PyTorch (optional extra `profile`)."""
     from hapmoe_milp.fileio import check_output_dir
     from hapmoe_milp.profiler import launch_local_collectives, profile_device, require_torch, write_device_table
-    from hapmoe_milp.profiler.collectives import load_collectives
+    from hapmoe_milp.profiler.collectives import check_local_ranks, load_collectives
     from hapmoe_milp.specs._fields import check_name
 
     check_name(device_name, None, "--device-name")
     target_dir = out if out.suffix not in (".yaml", ".yml") else out.parent
     check_output_dir(target_dir, "--out")
     base_dev = STATE.catalog.device(base, "", "--base") if base else None
-    if nproc is not None and nproc < 2:  # before the measurement, not after it
-        raise HapmoeError(f"collectives need at least 2 local processes, got {nproc}", field="--nproc")
-    colls: list[Any] = [load_collectives(c) for c in collectives or ()]  # a bad file fails before measuring
+    with flags():  # what can be checked is checked before measuring (minutes), not after
+        if nproc is not None:
+            check_local_ranks(nproc)
+    colls: list[Any] = [load_collectives(c) for c in collectives or ()]
     require_torch()
-    with compute():
+    with flags(), compute():
         meas = profile_device(device_name, quick=quick, backend=backend, peak_tflops=peak_tflops)
         # created only now: whatever the profiler refuses (no torch, a bad --peak-tflops) leaves nothing behind
         target_dir.mkdir(parents=True, exist_ok=True)
@@ -98,7 +93,7 @@ def calibrate(
 ) -> None:
     """Fit a device table's runtime terms to measured runs; write it as `calibrated`."""
     from hapmoe_milp import __version__, render
-    from hapmoe_milp.calibration import DEFAULT_FIT, summarize
+    from hapmoe_milp.calibration import DEFAULT_FIT
     from hapmoe_milp.calibration import calibrate as run_calibration
     from hapmoe_milp.fileio import check_output_dir
 
@@ -107,27 +102,14 @@ def calibrate(
         raise HapmoeError("names no runtime term to fit (leave it out for the usual set)", field="--params")
     cat = STATE.catalog
     target = check_output_dir(out or cat.calibrated_dir, "--out")
-    with compute():
+    with flags(), compute():
         res = run_calibration(runs, device, catalog=cat, params=names, out=target, loo=loo, version=__version__)
-    after = summarize(res.before, res.fit.errors)
+    if as_json:
+        emit_json(res.to_dict())
+        return
+    after = res.summary_after()
     before = res.summary_before()
     loo_s = res.summary_loo()
-    if as_json:
-        emit_json(
-            {
-                "device": res.device,
-                "path": str(res.path) if res.path else None,
-                "parameters": [p.to_dict() for p in res.fit.params],
-                "runs": [
-                    {**b.to_dict(), "error_after": e, **({"error_loo": lo} if res.loo else {})}
-                    for b, e, lo in zip(res.before, res.fit.errors, res.loo or res.fit.errors, strict=True)
-                ],
-                "before": before.to_dict(),
-                "after": after.to_dict(),
-                "leave_one_out": loo_s.to_dict() if loo_s else None,
-            }
-        )
-        return
     con = render.console()
     con.print(render.params_table(res.fit.params, f"{res.device}: fitted runtime terms"))
     con.print(render.calibration_runs_table(res.before, res.fit.errors, res.loo))

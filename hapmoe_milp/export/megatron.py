@@ -36,114 +36,24 @@ from hapmoe_milp.export.common import (
     plan_chunks,
     selective_modules,
 )
-from hapmoe_milp.limits import MAX_LAYOUT_CHARS
+from hapmoe_milp.export.megatron_arch import ENTRY_GPT, entry_script, feature_args, megatron_gaps, position_embedding
+
+# The layout grammar lives below the exporters (knobs.py reads it too); re-exported for export's own users.
+from hapmoe_milp.layout import (  # noqa: F401
+    LAYOUT_CHARS,
+    MAX_LAYOUT_EXPANSION,
+    compress_layout,
+    layout_chunks,
+    layout_grid,
+    layout_problems,
+    layout_rank_layers,
+    parse_layout,
+)
 from hapmoe_milp.plan import Plan, Stage
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
 
 ARGS_FILE = "megatron_args.txt"
-LAYOUT_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
-_PAREN_RE = re.compile(r"\(([^)]+)\)\*(\d+)")
-_CHAR_RE = re.compile(r"(.)\*(\d+)")
-MAX_LAYOUT_EXPANSION = MAX_LAYOUT_CHARS
-
-
-# ---------------------------------------------------------------------- layout grammar
-def parse_layout(layout: str) -> list[str]:
-    """Megatron's ``PipelineParallelLayerLayout.parse_str_to_list``: one string of layer chars per virtual
-    stage. Commas are dropped, ``(...)*n`` then ``x*n`` are expanded (no nesting), ``|`` separates stages.
-    Raises ValueError on characters other than E, L, t, m (Megatron asserts)."""
-    text = layout.replace(",", "")
-    if len(text) > MAX_LAYOUT_EXPANSION:
-        raise ValueError(f"is longer than {MAX_LAYOUT_EXPANSION:,} characters")
-
-    def expand(rx: re.Pattern[str], s: str) -> str:
-        # the size of the whole result is checked before anything is built: many repeats that are each
-        # small can still add up to gigabytes (and a second pass multiplies the first)
-        size = len(s)
-        for mt in rx.finditer(s):
-            n = int(mt.group(2)) if len(mt.group(2)) <= 7 else MAX_LAYOUT_EXPANSION + 1
-            size += n * len(mt.group(1)) - len(mt.group(0))
-            if size > MAX_LAYOUT_EXPANSION:
-                raise ValueError(f"expands to more than {MAX_LAYOUT_EXPANSION:,} characters (at {mt.group(0)[:40]!r})")
-        return rx.sub(lambda mt: mt.group(1) * int(mt.group(2)), s)
-
-    text = expand(_CHAR_RE, expand(_PAREN_RE, text))
-    stages = text.split("|")
-    for stage in stages:
-        for ch in stage:
-            if ch not in LAYOUT_CHARS:
-                raise ValueError(f"invalid layer character {ch!r} in stage {stage!r} (known: E, L, t, m)")
-    return stages
-
-
-def layout_grid(stages: Sequence[str], pp: int) -> list[list[str]]:
-    """``[pp_rank][vpp_rank]`` from the flat stage list: virtual stage i goes to rank ``i % pp``."""
-    vpp = len(stages) // pp
-    return [[stages[v * pp + r] for v in range(vpp)] for r in range(pp)]
-
-
-def layout_problems(layout: str, pp: int, num_layers: int, mtp_num_layers: int) -> list[str]:
-    """Everything ``PipelineParallelLayerLayout.__init__`` + ``validate_layer_layout`` would assert."""
-    try:
-        stages = parse_layout(layout)
-    except ValueError as exc:
-        return [str(exc)]
-    out: list[str] = []
-    if len(stages) % pp:
-        return [f"{len(stages)} virtual stages are not divisible by pipeline size {pp}"]
-    flat = "".join(stages)
-    if not flat.startswith("E"):
-        out.append("the first layer must be the embedding 'E'")
-    if not flat.endswith("L"):
-        out.append("the last layer must be the loss 'L'")
-    if flat.count("E") != 1:
-        out.append(f"embedding 'E' must appear exactly once, found {flat.count('E')}")
-    if flat.count("L") != 1:
-        out.append(f"loss 'L' must appear exactly once, found {flat.count('L')}")
-    if flat.count("t") != num_layers:
-        out.append(f"{flat.count('t')} decoder layers 't', the model has num_layers {num_layers}")
-    if flat.count("m") != mtp_num_layers:
-        out.append(f"{flat.count('m')} MTP layers 'm', the model has mtp_num_layers {mtp_num_layers}")
-    if "m" in flat and "t" in flat[flat.index("m") :]:
-        out.append("decoder layers must be placed before MTP layers")
-    grid = layout_grid(stages, pp)
-    for r, row in enumerate(grid):
-        if any("m" in chunk for chunk in row[:-1]):
-            out.append(f"MTP layers on pp rank {r} must be in its last virtual stage")
-        if "m" in row[-1] and row[-1].count("m") != mtp_num_layers:
-            out.append("all MTP layers must be in one virtual stage")
-    return out
-
-
-def compress_layout(stages: Sequence[str]) -> str:
-    """A short layout string: ``t*n`` inside a stage, ``(s|)*k s`` for runs of identical stages."""
-
-    def stage_str(s: str) -> str:
-        return re.sub(r"(t{3,}|m{3,})", lambda mt: f"{mt.group(0)[0]}*{len(mt.group(0))}", s)
-
-    pieces: list[str] = []
-    i = 0
-    while i < len(stages):
-        j = i
-        while j + 1 < len(stages) and stages[j + 1] == stages[i]:
-            j += 1
-        k = j - i + 1
-        s = stage_str(stages[i])
-        pieces.append(s if k == 1 else f"({s}|)*{k - 1}{s}")
-        i = j + 1
-    return "|".join(pieces)
-
-
-def layout_rank_layers(layout: str, pp: int) -> list[StageLayers]:
-    """Decoder and MTP layers per pipeline rank (all virtual chunks together)."""
-    grid = layout_grid(parse_layout(layout), pp)
-    return [StageLayers(decoder=sum(c.count("t") for c in row), mtp=sum(c.count("m") for c in row)) for row in grid]
-
-
-def layout_chunks(layout: str, pp: int) -> list[list[StageLayers]]:
-    grid = layout_grid(parse_layout(layout), pp)
-    return [[StageLayers(decoder=c.count("t"), mtp=c.count("m")) for c in row] for row in grid]
 
 
 def build_layout(plan: Plan, model: ModelSpec) -> str:
@@ -263,7 +173,7 @@ def model_args(model: ModelSpec) -> list[str]:
             a += ["--kv-channels", str(m.kv_channels)]
     if m.swiglu:
         a += ["--swiglu"]
-    a += ["--normalization", m.normalization, "--position-embedding-type", "rope"]
+    a += ["--normalization", m.normalization, "--position-embedding-type", position_embedding(m)]
     if m.untie_embeddings_and_output_weights:
         a += ["--untie-embeddings-and-output-weights"]
     if not m.add_bias_linear:
@@ -278,7 +188,9 @@ def model_args(model: ModelSpec) -> list[str]:
         a += ["--mtp-num-layers", str(m.mtp_num_layers)]
     if m.is_moe:
         a += ["--num-experts", str(m.num_experts), "--moe-router-topk", str(m.moe_router_topk)]
-        a += ["--moe-ffn-hidden-size", str(m.expert_ffn), "--moe-layer-freq", moe_layer_freq_arg(m)]
+        a += ["--moe-ffn-hidden-size", str(m.expert_ffn)]
+        if not m.is_hybrid:  # a hybrid model's MoE layers are the E's of its pattern
+            a += ["--moe-layer-freq", moe_layer_freq_arg(m)]
         if m.moe_shared_expert_intermediate_size:
             a += ["--moe-shared-expert-intermediate-size", str(m.moe_shared_expert_intermediate_size)]
             if m.moe_shared_expert_gate:
@@ -288,7 +200,7 @@ def model_args(model: ModelSpec) -> list[str]:
         if m.moe_router_bias:
             # a per-expert router bias is DeepSeek's aux-free balancing; Megatron allows it only with sigmoid
             a += ["--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"]
-    return a
+    return a + feature_args(m)
 
 
 def offload_args(st: Settings) -> list[str]:
@@ -351,6 +263,13 @@ def megatron_args(plan: Plan, model: ModelSpec, cluster: ClusterSpec, settings: 
     """
     del cluster  # the mesh and layout do not depend on it; placement is in hostfile()/launch_scripts()
     st = plan.settings(settings)
+    for gap in megatron_gaps(model):
+        if gap.blocking:
+            raise ExportError(
+                f"[rule_megatron_architecture] Megatron-LM cannot build {model.name}: {gap.feature}; "
+                f"it runs under {gap.runtime}",
+                field="model",
+            )
     cfg = _mesh(plan)
     a = ["--tensor-model-parallel-size", str(cfg.tp), "--pipeline-model-parallel-size", str(plan.pp)]
     a += ["--context-parallel-size", str(cfg.cp)]
@@ -359,6 +278,13 @@ def megatron_args(plan: Plan, model: ModelSpec, cluster: ClusterSpec, settings: 
     if cfg.tp > 1:
         a += ["--sequence-parallel"]  # required for MoE with TP>1 (MoELayer raises at runtime otherwise)
     split = pipeline_split(plan, model)
+    if model.is_hybrid and (split.layout is not None or split.vpp is not None):
+        raise ExportError(
+            "[rule_hybrid_pipeline_split] Megatron's hybrid (Mamba) stack splits layers evenly or with "
+            "--decoder-first/last-pipeline-num-layers only, without virtual stages (MambaStack); "
+            f"this plan needs {'virtual stages' if split.vpp else 'a layout'}",
+            field="stages",
+        )
     if split.layout is not None:
         a += ["--pipeline-model-parallel-layout", split.layout]
     if split.first is not None:
@@ -557,6 +483,7 @@ def launch_scripts(
     """
     del settings  # the flags are in megatron_args.txt; the scripts only place and start the processes
     units = launch_units(plan, cluster)
+    entry = entry_script(model) if model is not None else ENTRY_GPT
     cfg_tp_cp = any(s.cfg.tp > 1 or s.cfg.cp > 1 for s in plan.stages)
     out: dict[str, str] = {}
     for u in units:
@@ -600,7 +527,7 @@ def launch_scripts(
             f'MEGATRON_ARGS=$(cat "$HERE/{ARGS_FILE}")',
             'torchrun --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_PER_NODE" \\',
             '  --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \\',
-            '  "$MEGATRON_LM/pretrain_gpt.py" $MEGATRON_ARGS $DATA_ARGS "$@"',
+            f'  "$MEGATRON_LM/{entry}" $MEGATRON_ARGS $DATA_ARGS "$@"',
         ]
         out[f"launch_node{u.index}.sh"] = "\n".join(lines) + "\n"
     return out
@@ -614,6 +541,7 @@ def comment(text: str) -> str:
 def readme(plan: Plan, model: ModelSpec, cluster: ClusterSpec, args: Sequence[str]) -> str:
     units = launch_units(plan, cluster)
     split = pipeline_split(plan, model)
+    entry = entry_script(model)
     vendors = sorted({u.vendor for u in units})
     lines = [
         f"{GENERATED_MARK}: Megatron-LM launch for {plan.model} on {plan.cluster}",
@@ -637,7 +565,7 @@ def readme(plan: Plan, model: ModelSpec, cluster: ClusterSpec, args: Sequence[st
     lines += [
         "",
         "Files:",
-        f"  {ARGS_FILE}   model + parallelism flags for pretrain_gpt.py (one flag per line)",
+        f"  {ARGS_FILE}   model + parallelism flags for {entry} (one flag per line)",
         "  hostfile             hosts in global rank order (replace the placeholder names)",
         "  launch_node<k>.sh    one torchrun agent per line of the hostfile",
         "  plan.json            the plan with its predicted cost",
@@ -646,7 +574,7 @@ def readme(plan: Plan, model: ModelSpec, cluster: ClusterSpec, args: Sequence[st
         "MEGATRON_LM (a Megatron-LM checkout). DATA_ARGS defaults to synthetic data with a NullTokenizer of",
         f"exactly {model.vocab_size} tokens; set DATA_ARGS to your --data-path/--tokenizer-* flags for real data.",
         "Training-length flags (--train-iters, --lr, ...) are yours to add after the script name: extra",
-        "arguments to launch_node<k>.sh are passed on to pretrain_gpt.py.",
+        f"arguments to launch_node<k>.sh are passed on to {entry}.",
     ]
     if len(vendors) > 1 or vendors != ["nvidia"]:
         lines += [
@@ -661,5 +589,5 @@ def readme(plan: Plan, model: ModelSpec, cluster: ClusterSpec, args: Sequence[st
             "Some nodes host two launch units (their ranks are not consecutive); those scripts restrict",
             "themselves to their devices with the vendor's *_VISIBLE_DEVICES variable.",
         ]
-    lines += ["", "Full command of launch unit 0:", "  torchrun ... pretrain_gpt.py " + shlex.join(list(args))]
+    lines += ["", "Full command of launch unit 0:", f"  torchrun ... {entry} " + shlex.join(list(args))]
     return "\n".join(lines) + "\n"

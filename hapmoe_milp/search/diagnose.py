@@ -41,7 +41,7 @@ def diagnose(
         return InfeasibleError(
             f"global batch {gbs} is not divisible by micro-batch {settings.micro_batch_size}",
             constraint="batch",
-            field="--gbs",
+            field="global_batch_size",
         )
     total = cluster.world_size
     worst: tuple[float, str] | None = None

@@ -15,7 +15,8 @@ from hapmoe_milp.errors import SpecError
 from hapmoe_milp.specs._fields import load_document
 from hapmoe_milp.specs.cluster import INLINE_RE, ClusterSpec, cluster_from_dict, parse_inline
 from hapmoe_milp.specs.device import DeviceSpec, device_from_dict
-from hapmoe_milp.specs.model import ModelSpec, load_model_file
+from hapmoe_milp.specs.loader import load_model_file
+from hapmoe_milp.specs.model import ModelSpec
 
 ENV_ROOT = "HAPMOE_CATALOG"
 
@@ -111,7 +112,7 @@ class Catalog:
             return load_model_file(ref)
         p = self.models_dir / f"{ref.lower()}.yaml"
         if not _is_file(p):
-            raise self._unknown("model", ref, self.model_names(), fld="--model")
+            raise self._unknown("model", ref, self.model_names(), fld="model")
         return load_model_file(p)
 
     def device(self, ref: str, source: str = "", fld: str = "") -> DeviceSpec:
@@ -133,5 +134,5 @@ class Catalog:
             return cluster_from_dict(load_document(ref), ref, self.device)
         p = self.clusters_dir / f"{ref.lower()}.yaml"
         if not _is_file(p):
-            raise self._unknown("cluster", ref, self.cluster_names(), fld="--cluster")
+            raise self._unknown("cluster", ref, self.cluster_names(), fld="cluster")
         return cluster_from_dict(load_document(p), str(p), self.device)

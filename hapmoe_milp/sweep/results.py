@@ -28,7 +28,7 @@ from hapmoe_milp.limits import (
     RANGE_TOKENS_PER_S,
     RANGE_TOKENS_PER_S_PER_DEVICE,
 )
-from hapmoe_milp.specs._fields import Fields, _strict_pairs, show
+from hapmoe_milp.specs._fields import Fields, python_json_loads, show
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
 from hapmoe_milp.sweep.cases import SweepCase
@@ -116,28 +116,6 @@ def cluster_price(cluster: ClusterSpec, overrides: Mapping[str, float]) -> float
     return total
 
 
-def plan_summary(plan: Any) -> dict[str, Any]:
-    return {
-        "family": plan.family,
-        "pp": plan.pp,
-        "vpp": plan.vpp,
-        "num_microbatches": plan.num_microbatches,
-        "micro_batch_size": plan.micro_batch_size,
-        "global_batch_size": plan.global_batch_size,
-        "seq_length": plan.seq_length,
-        "stages": [
-            {
-                "device": s.device,
-                "devices": s.devices,
-                "layers": [s.layer_start, s.layer_end],
-                "config": s.cfg.label(),
-                "recompute": s.recompute,
-            }
-            for s in plan.stages
-        ],
-    }
-
-
 def error_row(
     case: SweepCase, exc: BaseException | str, cluster: ClusterSpec | None = None, wall_s: float = 0.0
 ) -> dict[str, Any]:
@@ -192,7 +170,7 @@ def run_case(
             "devices_used": pred["devices"],
             "price_per_hour": price,
             "tokens_per_dollar": tps * 3600.0 / price if price else None,
-            "plan": plan_summary(plan),
+            "plan": plan.summary(),
             "solver": {"name": sol.solver, "status": sol.status, "wall_s": sol.wall_s, "gap": sol.gap},
             "wall_s": time.perf_counter() - t0,
         }
@@ -206,14 +184,8 @@ def run_case(
 def _parse_line(line: bytes, where: str) -> dict[str, Any]:
     """One line: JSON without duplicate keys, then :func:`check_row`. ``NaN``/``Infinity`` (which Python's
     json writes and we never do) are read as numbers first, so the error names the field that holds one."""
-    constants: list[str] = []
-
-    def constant(name: str) -> float:
-        constants.append(name)
-        return float(name.replace("Infinity", "inf"))
-
     try:
-        row = json.loads(line.decode("utf-8"), object_pairs_hook=_strict_pairs, parse_constant=constant)
+        row, constants = python_json_loads(line.decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
         raise SpecError(f"not valid JSON ({first}); edit or remove the line, then resume", source=where) from None
@@ -305,7 +277,7 @@ def disk_errors(source: str, done: int | None = None) -> Iterator[None]:
         raise OutputError(
             f"cannot write: {why}{kept}; free space (or raise the file-size limit), then run again with --resume",
             source=source,
-            field="--out",
+            field="out_jsonl",
         ) from None
 
 
@@ -324,11 +296,13 @@ def locked_output(path: Path) -> Iterator[int]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise HapmoeError(f"cannot create its folder: {exc.strerror or exc}", source=str(path), field="--out") from None
+        raise OutputError(
+            f"cannot create its folder: {exc.strerror or exc}", source=str(path), field="out_jsonl"
+        ) from None
     try:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise HapmoeError(f"cannot open for writing: {exc}", source=str(path), field="--out") from None
+        raise OutputError(f"cannot open for writing: {exc}", source=str(path), field="out_jsonl") from None
     try:
         try:
             import fcntl
@@ -338,7 +312,7 @@ def locked_output(path: Path) -> Iterator[int]:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                raise HapmoeError("another sweep is writing this file", source=str(path), field="--out") from None
+                raise OutputError("another sweep is writing this file", source=str(path), field="out_jsonl") from None
         yield fd
     finally:
         os.close(fd)
