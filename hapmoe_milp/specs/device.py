@@ -185,12 +185,7 @@ def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
     gemm = table_from_fields(tf.sub("gemm_efficiency"), y_range=RANGE_EFFICIENCY)  # type: ignore[arg-type]
     attn = table_from_fields(tf.sub("attention_efficiency"), y_range=RANGE_EFFICIENCY)  # type: ignore[arg-type]
     attn_b = table_from_fields(tf.sub("attention_bwd_efficiency"), y_range=RANGE_EFFICIENCY)  # type: ignore[arg-type]
-    for t, nm in ((gemm, "gemm_efficiency"), (attn, "attention_efficiency"), (attn_b, "attention_bwd_efficiency")):
-        if max(t.y) > 1.0:
-            raise tf.err(nm, f"efficiencies are fractions of peak and must be <= 1, got {max(t.y)}")
     mbe = tf.float_("memory_bound_efficiency", None, within=RANGE_EFFICIENCY)
-    if mbe is not None and mbe > 1:
-        raise tf.err("memory_bound_efficiency", f"must be a fraction <= 1, got {mbe}")
     coll_f = tf.sub("collectives")
     assert coll_f is not None
     colls: dict[str, dict[str, Table]] = {}
