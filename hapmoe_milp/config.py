@@ -24,6 +24,9 @@ Recompute = Literal["none", "selective", "full"]
 Family = Literal["megatron", "hetero"]
 FAMILIES: tuple[str, ...] = ("megatron", "hetero")
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
+#: Megatron's --fp8-recipe values: per-tensor scaling computed each step (tensorwise) or from an amax history
+#: (delayed), 1x128/128x128 blocks (blockwise, Hopper DeepSeek-style), 32-element MX blocks (mxfp8, Blackwell).
+FP8_RECIPES: tuple[str, ...] = ("tensorwise", "delayed", "blockwise", "mxfp8")
 DISPATCHERS: tuple[str, ...] = ("allgather", "alltoall", "flex")
 
 
@@ -136,6 +139,7 @@ class Settings:
     global_batch_size: int = 256
     micro_batch_size: int = 1
     precision: Literal["bf16", "fp8"] = "bf16"
+    fp8_recipe: str = "tensorwise"
     imbalance: float = 1.0
     dispatcher: str = "alltoall"
     distributed_optimizer: bool = True
@@ -168,6 +172,7 @@ def _checked(s: Settings) -> dict[str, Any]:
         "global_batch_size": check_int("global_batch_size", s.global_batch_size, 1, MAX_BATCH),
         "micro_batch_size": check_int("micro_batch_size", s.micro_batch_size, 1, MAX_BATCH),
         "precision": check_choice("precision", s.precision, PRECISIONS),
+        "fp8_recipe": check_choice("fp8_recipe", s.fp8_recipe, FP8_RECIPES),
         "imbalance": check_float("imbalance", s.imbalance, 1.0, MAX_IMBALANCE),
         "dispatcher": check_choice("dispatcher", s.dispatcher, DISPATCHERS),
         "memory_headroom": check_float("memory_headroom", s.memory_headroom, 0.0, 0.9),

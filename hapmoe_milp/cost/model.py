@@ -46,6 +46,11 @@ OVERHEAD_TP = 3.0 * GIB
 ELEMENTWISE_PASSES_H = 14
 # Permute + unpermute of routed tokens, read + write each, forward.
 PERMUTE_PASSES = 4
+# HBM bytes per quantised element by FP8 recipe: read the BF16 tensor, write the FP8 copy the GEMM reads
+# and the transposed (column-wise) copy the other backward GEMM reads; per-tensor recipes first read the
+# tensor once more for its amax; block-scaled recipes write a scale per block (1/32 or 1/128 byte).
+FP8_CAST_BYTES = {"tensorwise": 6.0, "delayed": 6.0, "blockwise": 4.0, "mxfp8": 4.0}
+FUSED_CAST_BYTES = 3.0  # a cast folded into the producing kernel: read BF16 once more, write FP8
 
 
 @dataclass(frozen=True)
@@ -181,17 +186,20 @@ class CostModel:
             b_comp += 2 * mlp
             n_tp_coll += 2
 
-        # ---- FP8: every GEMM input is quantised first (read bf16, write fp8), activations forward and
-        # output gradients backward
+        # ---- FP8: every GEMM input is quantised first, activations forward and output gradients backward.
+        # Dense inputs come out of fused norm / activation kernels (one extra read + write of the tensor);
+        # routed tokens arrive by permute and are quantised per expert on their own, at the recipe's full
+        # cost (FP8_CAST_BYTES: amax read, cast, row- and column-wise copies).
         if prec == "fp8":
             ins = t * h + t * m.q_dim / tp
+            routed = 0.0
             if is_moe:
-                ins += routed_rows * (h + m.expert_ffn / cfg.etp)
+                routed = routed_rows * (h + m.expert_ffn / cfg.etp)
                 if m.moe_shared_expert_intermediate_size:
                     ins += t * (h + m.moe_shared_expert_intermediate_size / tp)
             else:
                 ins += t * (h + m.ffn / tp)
-            cast = memory_time(dev, 3 * ins)
+            cast = memory_time(dev, FUSED_CAST_BYTES * ins + FP8_CAST_BYTES[st.fp8_recipe] * routed * st.imbalance)
             f_comp += cast
             b_comp += 2 * cast
 
@@ -230,7 +238,8 @@ class CostModel:
         # repeats the forward traffic.
         ep_exposed = 1.0
         if st.overlap_ep_comm and ep_f > 0:
-            hidden = dev.runtime.ep_overlap * min(2 * ep_f, f_comp + b_comp)
+            share = dev.runtime.flex_overlap if st.dispatcher == "flex" else dev.runtime.ep_overlap
+            hidden = share * min(2 * ep_f, f_comp + b_comp)
             ep_exposed = 1.0 - hidden / (2 * ep_f)
         ep_total = 2 * ep_f * ep_exposed
 
@@ -246,7 +255,7 @@ class CostModel:
         gpu_f = f_comp + tp_f + cp_f + (ep_total / 2)
         gpu_b = b_comp + tp_f + cp_b + (ep_total / 2) + rec
         # ---- host: kernels issued per micro-batch, and the dropless router's token-count sync
-        kern = layer_kernels(m, cfg, kind, st.dispatcher, prec, recompute)
+        kern = layer_kernels(m, cfg, kind, st.dispatcher, prec, recompute, st.fp8_recipe)
         host_f = host_overhead(kern.fwd, dev, kern.syncs_fwd)
         host_b = host_overhead(kern.bwd, dev, kern.syncs_bwd)
         fwd, bwd, host = gpu_f + host_f, gpu_b + host_b, host_f + host_b

@@ -131,6 +131,14 @@ PARAMS: tuple[ParamInfo, ...] = (
         "(--overlap-moe-expert-parallel-comm)",
     ),
     ParamInfo(
+        "flex_overlap",
+        "fraction",
+        0.0,
+        0.98,
+        "the same share for the flex dispatcher (DeepEP / HybridEP): its kernels use a few SMs and the NIC's "
+        "RDMA engine, so they contend less with the computation they hide behind than NCCL all-to-all does",
+    ),
+    ParamInfo(
         "p2p_exposed",
         "fraction",
         0.0,
@@ -172,6 +180,7 @@ class RuntimeParams:
     flex_inter_GBps: float = 45.0
     ep_latency_us: float = 30.0
     ep_overlap: float = 0.5
+    flex_overlap: float = 0.5
     p2p_exposed: float = 1.0
     dp_overlap: float = 1.0
 
