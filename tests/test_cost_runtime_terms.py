@@ -218,3 +218,46 @@ def test_interleaving_sends_every_micro_batch_across_each_boundary_once_per_chun
     one = cm.p2p("h100", plan.stages[0].cfg, 1, "h100", plan.stages[1].devices)
     assert [t.p2p_out for t in est.totals] == pytest.approx([vpp * one] * 3 + [0.0], rel=1e-12)
     assert all(t.tau == pytest.approx(t.fwd + t.bwd + 2 * t.p2p_out, rel=1e-12) for t in est.totals)
+
+
+# ------------------------------------------------------------------ FP8 recipes
+def test_fp8_gemm_pays_the_fixed_cost_of_a_bf16_gemm_of_equal_duration():
+    """The efficiency curve's fall at small sizes is a fixed time; an FP8 GEMM of F FLOPs takes as long as a
+    BF16 GEMM of F * peak_bf16 / peak_fp8 FLOPs, divided by fp8_gemm_scale (compute-bound shapes)."""
+    dev = with_rt(H100, fp8_gemm_scale=0.9)
+    ratio = dev.peak("bf16") / dev.peak("fp8")
+    for m in (2048, 8192, 65536):
+        t8 = gemm_time(dev, m, 4096, 4096, "fp8")
+        t16 = gemm_time(dev, m * ratio, 4096, 4096, "bf16")
+        assert t8 == pytest.approx(t16 / 0.9, rel=1e-9)
+
+
+@pytest.mark.parametrize("ep", [4, 16])
+def test_per_tensor_fp8_launches_one_more_kernel_per_expert_gemm_each_way_than_block_scaling(ep):
+    """Per-tensor scaling: amax + cast per routed-expert input (forward) and output gradient (backward);
+    block scaling: one fused cast. Dense layers and BF16 are untouched by the recipe."""
+    m = CAT.model("qwen3-30b-a3b")
+    cfg = ParallelConfig(tp=1, dp=ep, ep=ep, etp=1)
+    local = m.num_experts // ep
+    tw = layer_kernels(m, cfg, "moe", "flex", "fp8", "none", "tensorwise")
+    mx = layer_kernels(m, cfg, "moe", "flex", "fp8", "none", "mxfp8")
+    assert tw.fwd - mx.fwd == 2 * local and tw.bwd - mx.bwd == 2 * local
+    bf = [layer_kernels(m, cfg, "moe", "flex", "bf16", "none", r) for r in ("tensorwise", "mxfp8")]
+    assert bf[0] == bf[1]
+    d = CAT.model("llama-3-8b")
+    dense = [layer_kernels(d, ParallelConfig(), "dense", "alltoall", "fp8", "none", r) for r in ("tensorwise", "mxfp8")]
+    assert dense[0] == dense[1]
+
+
+def test_fp8_recipe_and_ep_overlap_are_estimate_knobs_that_change_moe_speed():
+    def step(**kw) -> float:
+        m, c = CAT.model("qwen3-30b-a3b"), CAT.cluster("16xh100")
+        from hapmoe_milp.cost.estimate import estimate
+        from hapmoe_milp.knobs import plan_from_knobs
+
+        st = Settings(seq_length=4096, global_batch_size=256, dispatcher="flex", **kw)
+        plan = plan_from_knobs(m, c, st, ep=16, etp=1)
+        return estimate(m, c, plan, st).iteration_time_s
+
+    assert step(precision="fp8", fp8_recipe="tensorwise") > step(precision="fp8", fp8_recipe="mxfp8")
+    assert step(overlap_ep_comm=True) < step(overlap_ep_comm=False)

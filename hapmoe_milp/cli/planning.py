@@ -13,7 +13,9 @@ from hapmoe_milp.cli.options import (
     STATE,
     ClusterOpt,
     DispatcherOpt,
+    EpOverlapOpt,
     FamilyOpt,
+    Fp8RecipeOpt,
     GbsOpt,
     ImbalanceOpt,
     JsonOpt,
@@ -71,7 +73,9 @@ def estimate(
     ] = None,
     imbalance: ImbalanceOpt = None,
     precision: PrecisionOpt = None,
+    fp8_recipe: Fp8RecipeOpt = None,
     dispatcher: DispatcherOpt = None,
+    ep_overlap: EpOverlapOpt = None,
     optimizer_offload: Annotated[
         bool | None,
         typer.Option("--optimizer-offload/--no-optimizer-offload", help="Optimizer states in host memory."),
@@ -93,6 +97,8 @@ def estimate(
         seq_length=seq,
         dispatcher=dispatcher,
         precision=precision,
+        fp8_recipe=fp8_recipe,
+        overlap_ep_comm=ep_overlap,
         imbalance=imbalance,
         optimizer_offload=optimizer_offload,
     )
@@ -171,7 +177,9 @@ def solve(
     time_limit: TimeLimitOpt = None,
     imbalance: ImbalanceOpt = None,
     precision: PrecisionOpt = None,
+    fp8_recipe: Fp8RecipeOpt = None,
     dispatcher: DispatcherOpt = None,
+    ep_overlap: EpOverlapOpt = None,
     optimizer_offload: Annotated[
         str, typer.Option("--optimizer-offload", help="auto (only if nothing fits), on or off.")
     ] = "auto",
@@ -234,6 +242,8 @@ def solve(
             micro_batch_size=mbs,
             imbalance=imbalance,
             precision=precision,
+            fp8_recipe=fp8_recipe,
+            overlap_ep_comm=ep_overlap,
             dispatcher=dispatcher,
         )
     assert sol.plan is not None

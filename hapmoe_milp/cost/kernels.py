@@ -27,7 +27,7 @@ Counted per forward (each is one kernel unless said otherwise):
 - FP8 quantises each GEMM's activation input in the forward and its output gradient in the backward
   (weights once per step: Transformer Engine caches their FP8 copy across the micro-batches of a step).
   Dense GEMMs get one cast kernel each (their inputs come from norms and activations). Routed experts'
-  inputs arrive by permute and are quantised per expert: per-tensor recipes (tensorwise, delayed) launch
+  inputs arrive by permute and are quantised per expert: per-tensor scaling (tensorwise) launches
   an amax reduction and a cast per tensor, block-scaled recipes (mxfp8, blockwise) one fused cast. The
   router GEMM stays in BF16.
 
@@ -60,7 +60,7 @@ BWD_PER_GEMM = 2.0
 BWD_PER_OTHER = 1.5
 MTP_EXTRA = (6, 2)  # 2h->h projection, its norms, logits GEMM, cross-entropy
 #: FP8 quantisation kernels per FP8 GEMM, forward (input) and backward (output gradient), by recipe
-FP8_QUANT_KERNELS = {"tensorwise": 2, "delayed": 2, "blockwise": 1, "mxfp8": 1}
+FP8_QUANT_KERNELS = {"tensorwise": 2, "blockwise": 1, "mxfp8": 1}
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ PERMUTE_PASSES = 4
 # HBM bytes per quantised element by FP8 recipe: read the BF16 tensor, write the FP8 copy the GEMM reads
 # and the transposed (column-wise) copy the other backward GEMM reads; per-tensor recipes first read the
 # tensor once more for its amax; block-scaled recipes write a scale per block (1/32 or 1/128 byte).
-FP8_CAST_BYTES = {"tensorwise": 6.0, "delayed": 6.0, "blockwise": 4.0, "mxfp8": 4.0}
+FP8_CAST_BYTES = {"tensorwise": 6.0, "blockwise": 4.0, "mxfp8": 4.0}
 FUSED_CAST_BYTES = 3.0  # a cast folded into the producing kernel: read BF16 once more, write FP8
 
 
