@@ -261,3 +261,24 @@ def test_fp8_recipe_and_ep_overlap_are_estimate_knobs_that_change_moe_speed():
 
     assert step(precision="fp8", fp8_recipe="tensorwise") > step(precision="fp8", fp8_recipe="mxfp8")
     assert step(overlap_ep_comm=True) < step(overlap_ep_comm=False)
+
+
+# ------------------------------------------------------------------ attention variants
+@pytest.mark.parametrize(("window", "freq"), [(128, 2), (512, 0), (1024, 3)])
+def test_sliding_window_layers_run_at_the_window_length_efficiency(window, freq):
+    """Windowed layers do the FLOPs of their window (ModelSpec.attention_keys_factor) at the efficiency the
+    device table gives a ``window``-token attention; full layers at the sequence's."""
+    seq, n = 8192, 12
+    m = replace(CAT.model("llama-2-7b"), num_layers=n, window_size=window, window_attn_skip_freq=freq)
+    st = Settings(seq_length=seq, global_batch_size=8)
+    cm = CostModel(m, CAT.cluster("8xh100"), st)
+    fwd, _ = cm._attention_core(H100, seq, 1)
+    full_flops = seq * cm._core_macs() * 2 * seq  # t = seq tokens, keys = S (causal halving in _core_macs)
+    n_full = n // freq if freq else 0
+    total_flops = full_flops * m.attention_keys_factor(seq)
+    win_flops = (total_flops * n - full_flops * n_full) / (n - n_full)
+    peak = H100.peak("bf16") * 1e12
+    eff = H100.attention_efficiency
+    want = (n_full * full_flops / eff(seq) + (n - n_full) * win_flops / eff(window)) / n / peak
+    assert fwd == pytest.approx(want, rel=1e-9)
+    assert eff(window) < eff(seq)  # the physics the test is about: short key loops run below long ones

@@ -151,9 +151,7 @@ class CostModel:
         f_comp = 0.0
         attn_lin = self._attention_gemms(dev, t, tp, prec)
         # causal: each query sees S/2 keys on average (fewer under a sliding window)
-        core_flops_f = t * S * self._core_macs() * 2 / tp * m.attention_keys_factor(S)
-        attn_core_f = attention_time(dev, core_flops_f, S, backward=False)
-        attn_core_b = attention_time(dev, 2.5 * core_flops_f, S, backward=True)
+        attn_core_f, attn_core_b = self._attention_core(dev, t, tp)
         f_comp += attn_lin + attn_core_f
         b_comp = 2 * attn_lin + attn_core_b
         elem = memory_time(dev, ELEMENTWISE_PASSES_H * ts * h * BF16)
@@ -332,6 +330,35 @@ class CostModel:
         bipartite, so the side with fewer devices sets the time; plus the link latency."""
         bw = self.cluster.cross.bandwidth(self.device(src), self.device(dst)) * 1e9
         return max(total_bytes / src_devices, total_bytes / dst_devices) / bw + self.cluster.cross.latency_us * 1e-6
+
+    def _attention_core(self, dev: DeviceSpec, t: float, tp: int) -> tuple[float, float]:
+        """Forward and backward time of the flash-attention core per layer (averaged over the model's layers).
+
+        Causal: each query sees S/2 keys on average. A sliding-window layer (window W < S) does the work of
+        its W keys per query *and runs like a W-token attention*: each query block meets at most a tile or
+        two of keys, so the kernel's efficiency is the one the device's table gives at W, not at S (the
+        prologue, softmax rescaling and epilogue are not amortised over a long key loop). Full and windowed
+        layers are priced apart and averaged by their share of the layers.
+        """
+        m, S = self.model, self.settings.seq_length
+        # forward FLOPs per unit of "keys": _core_macs already counts a causal query's S/2 keys as S/2 of S,
+        # so full causal attention is ``keys = S`` and a window is twice its mean keys per query
+        per_key = t * self._core_macs() * 2 / tp
+
+        def core(keys: float, seq_eff: float) -> tuple[float, float]:
+            f = per_key * keys
+            return attention_time(dev, f, seq_eff, backward=False), attention_time(dev, 2.5 * f, seq_eff, True)
+
+        full_f, full_b = core(S, S)
+        w = m.window_size
+        if not w or w >= S:
+            return full_f, full_b
+        n = m.num_layers
+        n_full = n // m.window_attn_skip_freq if m.window_attn_skip_freq else 0
+        mean_keys = (w * (w + 1) / 2 + (S - w) * w) / S
+        win_f, win_b = core(2 * mean_keys, w)
+        share = n_full / n
+        return share * full_f + (1 - share) * win_f, share * full_b + (1 - share) * win_b
 
     def _core_macs(self) -> float:
         """Attention-core multiply-accumulates per (query token, key token) pair, all heads."""
