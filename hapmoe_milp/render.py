@@ -198,7 +198,7 @@ def fitted_terms_table(params: Any, title: str) -> Table:
 
 def calibration_runs_table(before: Any, after: Any, cv: Any) -> Table:
     t = Table(title="runs: step-time error (predicted - measured) / measured")
-    for col in ("run", "measured s", "uncalibrated", "in-sample", *(("leave-one-run-out",) if cv else ())):
+    for col in ("run", "measured s", "base table", "in-sample", *(("leave-one-run-out",) if cv else ())):
         t.add_column(col, justify="left" if col == "run" else "right")
     for i, (b, e) in enumerate(zip(before, after, strict=True)):
         row = [b.id, f"{b.measured_s:.4g}", f"{b.error:+.1%}", f"{e:+.1%}"]
@@ -229,9 +229,13 @@ def calibration_json(res: Any, before: Any, cv: Any) -> dict[str, Any]:
 
 
 def fidelity_table(ev: Any) -> Table:
-    t = Table(title="predicted vs measured step time (error = (predicted - measured) / measured; * in-sample)")
-    cols = [c for c in ev.columns]
-    for col in ("run", "devices", "measured s", *cols, "largest terms"):
+    t = Table(
+        title="predicted vs measured step time: error = (predicted - measured) / measured; * in-sample; "
+        "LOMO/LOSO/LORO = leave-one-model/source/run-out"
+    )
+    cols = list(ev.columns)
+    heads = {"uncalibrated": "uncalibrated", "planner": "planner", "run": "LORO", "model": "LOMO", "source": "LOSO"}
+    for col in ("run", "devices", "measured s", *(heads.get(c, c) for c in cols), "largest terms"):
         t.add_column(col, justify="left" if col in ("run", "devices", "largest terms") else "right")
     for i, r in enumerate(ev.results):
         top = sorted(((v, k) for k, v in r.breakdown.items() if v > 0), reverse=True)[:3]

@@ -113,9 +113,10 @@ def calibrate(
     con = render.console()
     con.print(render.fitted_terms_table(res.fit.params, f"{res.device}: fitted runtime terms ({res.chosen})"))
     con.print(render.calibration_runs_table(res.before, res.fit.errors, res.cv.get(res.chosen)))
-    line = f"MAPE uncalibrated {before.mape:.1%} (worst {before.worst:.1%})"
+    base = f"{res.base.id} {res.base.provenance}" + (" (public fit)" if res.base.provenance == "calibrated" else "")
+    line = f"base table {base}: MAPE {before.mape:.1%} (worst {before.worst:.1%})"
     if cv is not None and cv0 is not None:
-        line += f" | leave-one-run-out: uncalibrated {cv0.mape:.1%}, calibrated {cv.mape:.1%} (worst {cv.worst:.1%})"
+        line += f" | leave-one-run-out: base {cv0.mape:.1%}, calibrated {cv.mape:.1%} (worst {cv.worst:.1%})"
     else:
         line += " | one run: no cross-validation"
     typer.echo(line)
