@@ -386,3 +386,16 @@ def test_shipped_calibration_set_keeps_the_held_out_models_out():
         assert name not in rows
     runs = load_runs(ROOT / "bench" / "calibration" / "runs.yaml")
     assert all(r.source.startswith("https://") for r in runs)
+
+
+def test_a_stack_term_reaches_held_out_devices_of_its_stack():
+    """Leave-one-model-out on the FlagPerf stack: with A800's only model held out, the stack's compute share
+    fitted on H800's runs still applies to A800 (same software), so A800's predictions move."""
+    runs = [prepare(r, CAT) for r in load_runs(ROOT / "bench" / "calibration" / "runs.yaml")]
+    runs = [r for r in runs if r.run.stack == "flagperf-megatron-2024"]
+    bases = {d: CAT.device(d) for r in runs for d in r.devices}
+    rows = load_rows(ROOT)
+    cv = cross_validate(runs, bases, rows, "model", names=["stack_compute_scale"])
+    before = [predict(r, bases).error for r in runs]
+    moved = [abs(a - b) > 1e-6 for r, a, b in zip(runs, cv, before, strict=True) if r.devices == ("a800",)]
+    assert moved and all(moved)

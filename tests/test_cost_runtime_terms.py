@@ -282,3 +282,20 @@ def test_sliding_window_layers_run_at_the_window_length_efficiency(window, freq)
     want = (n_full * full_flops / eff(seq) + (n - n_full) * win_flops / eff(window)) / n / peak
     assert fwd == pytest.approx(want, rel=1e-9)
     assert eff(window) < eff(seq)  # the physics the test is about: short key loops run below long ones
+
+
+def test_stack_compute_scale_slows_layer_compute_but_not_the_kernels_micro_benchmarks_measure():
+    """The training stack's share of micro-benchmarked kernel speed divides a layer's compute (and nothing
+    else), while a GEMM priced alone -- what a micro-benchmark row checks -- is unchanged."""
+    m = CAT.model("llama-3-8b")
+    st = Settings(seq_length=4096, global_batch_size=8)
+    cfg = ParallelConfig(tp=2, dp=4)
+    c = CAT.cluster("8xh100")
+    from hapmoe_milp.calibration.fidelity import with_devices
+
+    slow = with_devices(c, {"h100": with_rt(H100, stack_compute_scale=0.8)})
+    a = CostModel(m, c, st).layer("h100", cfg, 1, "dense", "none")
+    b = CostModel(m, slow, st).layer("h100", cfg, 1, "dense", "none")
+    assert b.compute == pytest.approx(a.compute / 0.8, rel=1e-12)
+    assert b.tp == pytest.approx(a.tp, rel=1e-12) and b.host == pytest.approx(a.host, rel=1e-12)
+    assert gemm_time(with_rt(H100, stack_compute_scale=0.8), 4096, 4096, 4096) == gemm_time(H100, 4096, 4096, 4096)

@@ -45,8 +45,8 @@ class PooledFit:
     result: FitResult
     skipped: tuple[str, ...]  # terms never candidates, and why (no micro-benchmark range)
 
-    def tables(self, stack: str) -> dict[str, DeviceSpec]:
-        return self.result.tables(stack)
+    def tables(self, stack: str, *, whole_stack: bool = False) -> dict[str, DeviceSpec]:
+        return self.result.tables(stack, whole_stack=whole_stack)
 
     def report(self) -> list[str]:
         return [*self.identification.report(), *(f"  {s}" for s in self.skipped)]
@@ -109,6 +109,6 @@ def cross_validate(
         pf = pooled_fit(train, bases, rows, names=names, max_terms=max_terms) if train else None
         for i in held:
             r = runs[i]
-            tabs = pf.tables(stack_of(r)) if pf is not None else dict(bases)
+            tabs = pf.tables(stack_of(r), whole_stack=True) if pf is not None else dict(bases)
             errs[i] = predict(r, tabs).error
     return [errs[i] for i in range(len(runs))]

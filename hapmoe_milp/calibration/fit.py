@@ -61,8 +61,8 @@ class Problem:
     def measured(self) -> np.ndarray:
         return np.array([r.measured_s for r in self.runs])
 
-    def tables(self, z: Sequence[float], stack: str) -> dict[str, DeviceSpec]:
-        return apply_terms(self.bases, self.terms, z, stack)
+    def tables(self, z: Sequence[float], stack: str, *, whole_stack: bool = False) -> dict[str, DeviceSpec]:
+        return apply_terms(self.bases, self.terms, z, stack, whole_stack=whole_stack)
 
     def predicted(self, z: Sequence[float]) -> np.ndarray:
         cache: dict[str, dict[str, DeviceSpec]] = {}
@@ -132,8 +132,8 @@ class FitResult:
     iterations: int
     converged: bool
 
-    def tables(self, stack: str) -> dict[str, DeviceSpec]:
-        return self.problem.tables(self.z, stack)
+    def tables(self, stack: str, *, whole_stack: bool = False) -> dict[str, DeviceSpec]:
+        return self.problem.tables(self.z, stack, whole_stack=whole_stack)
 
     @property
     def params(self) -> tuple[FittedTerm, ...]:

@@ -40,7 +40,15 @@ KERNEL_TERMS = (
     "flex_inter_GBps",
     "ep_latency_us",
 )
-STACK_TERMS = ("launch_us", "sync_us", "ep_overlap", "flex_overlap", "p2p_exposed", "dp_overlap")
+STACK_TERMS = (
+    "launch_us",
+    "sync_us",
+    "stack_compute_scale",
+    "ep_overlap",
+    "flex_overlap",
+    "p2p_exposed",
+    "dp_overlap",
+)
 #: Prior width of a stack term in its fit coordinate (log for positive terms: 0.5 is about x1.6; fractions in
 #: units of their range), by where its starting value came from.
 PRIOR_SIGMA = {"source": 0.2, "measured": 0.2, "derived": 0.5, "calibrated": 0.5, "assumed": 1.0}
@@ -148,14 +156,22 @@ def _kernel_term(name: str, stack: str, dev: DeviceSpec, rows: Sequence[Row]) ->
 
 
 def apply_terms(
-    bases: Mapping[str, DeviceSpec], terms: Sequence[Term], z: Sequence[float], stack: str
+    bases: Mapping[str, DeviceSpec],
+    terms: Sequence[Term],
+    z: Sequence[float],
+    stack: str,
+    *,
+    whole_stack: bool = False,
 ) -> dict[str, DeviceSpec]:
-    """The device tables a run of ``stack`` sees with the coordinates ``z``."""
+    """The device tables a run of ``stack`` sees with the coordinates ``z``. ``whole_stack`` applies a stack
+    term to every device in ``bases``, not only those whose runs fitted it: a held-out run on a device the
+    training runs of its stack did not use still runs that stack's software."""
     vals: dict[str, dict[str, float]] = {}
     for t, zi in zip(terms, z, strict=True):
         if t.stack != stack:
             continue
-        for d in t.devices:
+        targets = tuple(bases) if whole_stack and t.name in STACK_TERMS else t.devices
+        for d in targets:
             start = float(getattr(bases[d].runtime, t.name))
             vals.setdefault(d, {})[t.name] = t.value(start, float(zi))
     return {d: replace(dev, runtime=dev.runtime.with_values(vals[d])) if d in vals else dev for d, dev in bases.items()}

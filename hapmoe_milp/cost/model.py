@@ -208,6 +208,10 @@ class CostModel:
             f_comp += proj + head_f
             b_comp += 2 * proj + head_b
 
+        # ---- the software stack's achieved share of the micro-benchmarked kernel speed
+        f_comp /= dev.runtime.stack_compute_scale
+        b_comp /= dev.runtime.stack_compute_scale
+
         # ---- tensor-parallel collectives (sequence parallel: all-gather + reduce-scatter pairs)
         tp_f = 0.0
         if tp > 1:
@@ -591,6 +595,7 @@ class CostModel:
             m, dev = self.model, self.device(did)
             t = b * self.settings.seq_length / cfg.cp
             head_f, head_b = self._head(dev, t, cfg.tp, self.settings.precision)
+            head_f, head_b = head_f / dev.runtime.stack_compute_scale, head_b / dev.runtime.stack_compute_scale
             tp_c = (
                 self.collective(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
             )
