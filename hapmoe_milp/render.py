@@ -208,26 +208,6 @@ def calibration_runs_table(before: Any, after: Any, cv: Any) -> Table:
     return t
 
 
-def calibration_json(res: Any, before: Any, cv: Any) -> dict[str, Any]:
-    """What `calibrate --json` prints: terms fitted and why, per-run errors, summaries."""
-    loo = res.cv.get(res.chosen)
-    return {
-        "device": res.device,
-        "path": str(res.path) if res.path else None,
-        "parameters": [p.to_dict() for p in res.fit.params],
-        "identifiability": res.pooled.identification.to_dict(),
-        "notes": list(res.notes),
-        "chosen_terms": res.chosen,
-        "cross_validation": {str(k): sum(abs(e) for e in v) / len(v) for k, v in res.cv.items()},
-        "runs": [
-            {**b.to_dict(), "error_after": e, **({"error_loo": loo[i]} if loo else {})}
-            for i, (b, e) in enumerate(zip(res.before, res.fit.errors, strict=True))
-        ],
-        "before": before.to_dict(),
-        "leave_one_out": cv.to_dict() if cv else None,
-    }
-
-
 def fidelity_table(ev: Any) -> Table:
     t = Table(
         title="predicted vs measured step time: error = (predicted - measured) / measured; * in-sample; "

@@ -272,7 +272,9 @@ def test_sliding_window_layers_run_at_the_window_length_efficiency(window, freq)
     m = replace(CAT.model("llama-2-7b"), num_layers=n, window_size=window, window_attn_skip_freq=freq)
     st = Settings(seq_length=seq, global_batch_size=8)
     cm = CostModel(m, CAT.cluster("8xh100"), st)
-    fwd, _ = cm._attention_core(H100, seq, 1)
+    from hapmoe_milp.cost.attention import core_time
+
+    fwd, _ = core_time(m, H100, seq * cm._core_macs() * 2, seq)  # t = seq tokens, TP 1
     full_flops = seq * cm._core_macs() * 2 * seq  # t = seq tokens, keys = S (causal halving in _core_macs)
     n_full = n // freq if freq else 0
     total_flops = full_flops * m.attention_keys_factor(seq)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from hapmoe_milp.calibration.crossval import CV_KINDS, PooledFit, cross_validate, pooled_fit, stacks_of
 from hapmoe_milp.calibration.fidelity import PreparedRun, RunResult, Summary, predict, prepare, summarize
@@ -63,6 +64,28 @@ class Calibration:
 
     def summary_cv_uncalibrated(self) -> Summary | None:
         return summarize(self.before) if self.cv else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The calibration as JSON: the terms fitted and why, each run's error (base table, in-sample, and
+        left out when cross-validated), the summaries and the notes."""
+        loo = self.cv.get(self.chosen)
+        cv = self.summary_cv()
+        return {
+            "device": self.device,
+            "base": f"{self.base.id} ({self.base.provenance})",
+            "path": str(self.path) if self.path else None,
+            "parameters": [p.to_dict() for p in self.fit.params],
+            "identifiability": self.pooled.identification.to_dict(),
+            "notes": list(self.notes),
+            "chosen_terms": self.chosen,
+            "cross_validation": {str(k): sum(abs(e) for e in v) / len(v) for k, v in self.cv.items()},
+            "runs": [
+                {**b.to_dict(), "error_after": e, **({"error_loo": loo[i]} if loo else {})}
+                for i, (b, e) in enumerate(zip(self.before, self.fit.errors, strict=True))
+            ],
+            "before": self.summary_before().to_dict(),
+            "leave_one_out": cv.to_dict() if cv else None,
+        }
 
 
 def runs_for(device: str, runs: Sequence[PreparedRun]) -> list[PreparedRun]:

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from hapmoe_milp.cli.options import (
-    STATE,
-    JsonOpt,
-)
+from hapmoe_milp.cli.options import STATE, JsonOpt, flags
 from hapmoe_milp.cli.output import compute, emit_json
 from hapmoe_milp.errors import HapmoeError
-
-log = logging.getLogger("hapmoe_milp")
 
 
 # ---------------------------------------------------------------------- profiler
@@ -45,7 +39,7 @@ def profile(
     check_output_dir(target_dir, "--out")
     target_dir.mkdir(parents=True, exist_ok=True)
     base_dev = STATE.catalog.device(base, "", "--base") if base else None
-    with compute():
+    with flags(), compute():
         meas = profile_device(device_name, quick=quick, backend=backend, peak_tflops=peak_tflops)
         colls = list(collectives or ())
         if nproc:
@@ -102,12 +96,12 @@ def calibrate(
     names = [n.strip() for n in params.split(",") if n.strip()] if params else None
     cat = STATE.catalog
     target = check_output_dir(out or cat.calibrated_dir, "--out")
-    with compute():
+    with flags(), compute():
         res = run_calibration(runs, device, catalog=cat, params=names, out=target, force=force, version=__version__)
-    before, cv, cv0 = res.summary_before(), res.summary_cv(), res.summary_cv_uncalibrated()
     if as_json:
-        emit_json(render.calibration_json(res, before, cv))
+        emit_json(res.to_dict())
         return
+    before, cv, cv0 = res.summary_before(), res.summary_cv(), res.summary_cv_uncalibrated()
     for line in [*res.pooled.report(), *res.notes]:
         typer.echo(line, err=True)
     con = render.console()
