@@ -182,6 +182,7 @@ FLAG_CASES += [
     ([*SOLVE, "--out", "no/such/folder/plan.json"], "--out"),
     ([*SOLVE, "--out", "."], "--out"),
     ([*SOLVE, "--plot", "no/such/plot.png"], "--plot"),
+    ([*SOLVE, "--plot", "plot.txt"], "--plot"),
     ([*SOLVE, "--solver-config", "no-such-preset"], "no-such-preset"),
     (["compare", "-m", "mixtral-s", "-c", "16-1", "--family", "x"], "--family"),
     (["compare", "-m", "mixtral-s", "-c", "16-1", "--solvers", ","], "--solvers"),

@@ -264,9 +264,10 @@ def _check_outputs(out: Path | None, export: str | None, plot: Path | None) -> N
     elif out is not None:
         check_output_file(out, "--out")
     if plot is not None:
-        from hapmoe_milp.plot import require_matplotlib
+        from hapmoe_milp.plot import check_png_path, require_matplotlib
 
         check_output_file(plot, "--plot")
+        check_png_path(plot, "--plot")
         require_matplotlib("--plot")
 
 

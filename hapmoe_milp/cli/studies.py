@@ -145,9 +145,10 @@ def sweep(
         for ref in model:  # the settings layer checks --gbs/--seq against each model's defaults
             make_settings(catalog_model(ref), None, global_batch_size=gbs, seq_length=seq)
     if plot is not None:
-        from hapmoe_milp.plot import require_matplotlib
+        from hapmoe_milp.plot import check_png_path, require_matplotlib
 
         check_output_file(plot, "--plot")
+        check_png_path(plot, "--plot")
         require_matplotlib("--plot")
     grid = {k: [v] for k, v in (("global_batch_size", gbs), ("seq_length", seq), ("family", family)) if v is not None}
     with flags():
