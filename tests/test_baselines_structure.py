@@ -180,7 +180,7 @@ def test_checker_catches_each_breach(source: str, expected: str) -> None:
 
 def test_checker_accepts_public_use() -> None:
     ok = (
-        "from hapmoe_milp.cost.model import OVERHEAD_TP1, CostModel\n"
+        "from hapmoe_milp.cost.model import BUCKET_PARAMS, CostModel\n"
         "def f(cm: CostModel, d):\n"
         "    s = cm.layer_split(d, 1, 1, 'none')\n"
         "    return s.attention_fwd + cm.expert_gemms(d, 8.0, 2, 1) + cm.collective(cm.device(d), d, 'p2p', 1, 2, 2)\n"

@@ -130,7 +130,7 @@ def plan_summary(plan: Plan) -> str:
     parts = []
     for s in plan.stages:
         c = s.cfg
-        rec = {"none": "", "selective": " sel", "full": " full"}[s.recompute]
+        rec = {"none": "", "selective": " sel", "full": " full"}.get(s.recompute, f" {s.recompute}")
         parts.append(f"{s.device}x{s.devices}[{c.tp}/{c.cp}/{c.dp}/{c.ep}/{c.etp}]{rec}:{s.num_layers}")
     v = f" vpp{plan.vpp}" if plan.vpp > 1 else ""
     return f"{plan.family}{v} " + " | ".join(parts)

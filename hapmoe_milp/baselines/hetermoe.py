@@ -21,7 +21,7 @@ from typing import Any
 
 from hapmoe_milp.config import ParallelConfig, Recompute, Settings
 from hapmoe_milp.cost.estimate import estimate
-from hapmoe_milp.cost.model import OVERHEAD_TP1, CostModel
+from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.plan import Plan, Stage, check_plan
 from hapmoe_milp.search.solution import Solution
 from hapmoe_milp.specs.cluster import ClusterSpec
@@ -380,7 +380,7 @@ def _zebra_best_offload(
         p_dense["tp"] / tp + p_dense["replicated"]
     )
     # transient working set: the attention layer's (the cost model's, all experts local) plus the
-    # logits of the head, and the framework overhead
+    # logits of the head; context and fragmentation are in the capacity (cost/memory.py budget)
     fixed_a = cm.fixed_memory(att, ParallelConfig(tp=tp, dp=1), b) + last.work
 
     # weights, gradient RS / param AG and the optimizer step are linear in the parameters a device holds
@@ -404,7 +404,7 @@ def _zebra_best_offload(
         return side_a(f)[0] + R * (L_moe * (s.act_a + f * s.act_x) + L_dense * s.dense_act) + fixed_a
 
     def mem_e(f: float) -> float:
-        return side_e(f)[0] + R * L_moe * (1 - f) * s.act_e + OVERHEAD_TP1 + (1 - f) * s.work_e
+        return side_e(f)[0] + R * L_moe * (1 - f) * s.act_e + (1 - f) * s.work_e
 
     # feasible offload interval: memory is linear in f, rising on the attention side, falling on the
     # expert side (HeterMoE's alpha and beta)
