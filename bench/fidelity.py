@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from common import ROOT, command_line, fx, quiet_logging, table, update_section
+from fidelity_memory import memory_section
 
 from hapmoe_milp import __version__
 from hapmoe_milp.calibration import (
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=Path, default=ROOT / "bench" / "calibration" / "runs.yaml")
     ap.add_argument("--write-tables", action="store_true", help="write clusters/devices-calibrated/<device>.yaml")
     ap.add_argument("--no-results", action="store_true", help="print only, do not touch bench/RESULTS.md")
+    ap.add_argument("--memory-runs", type=Path, default=ROOT / "bench" / "calibration" / "memory_runs.yaml")
     args = ap.parse_args(argv)
     quiet_logging()
     t0 = time.perf_counter()
@@ -150,8 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     body = "\n".join(lines)
     print(body)
+    mem = memory_section(args.memory_runs, args.runs, shipped, command_line())
+    print(mem)
     if not args.no_results:
         update_section("fidelity", body)
+        update_section("fidelity_memory", mem)
     return 0
 
 

@@ -58,6 +58,13 @@ FLAGS: dict[str, str] = {
     "imbalance": "--imbalance",
     "dispatcher": "--dispatcher",
     "optimizer_offload": "--optimizer-offload",
+    "fsdp": "--fsdp",
+    "grad_reduce_in_bf16": "--grad-reduce-in-bf16",
+    "fp8_param_gather": "--fp8-param-gather",
+    "optimizer_state_dtype": "--optimizer-state-dtype",
+    "offload_modules": "--offload-modules",
+    "dropout": "--dropout",
+    "memory_headroom": "--memory-headroom",
     "tp": "--tp",
     "pp": "--pp",
     "cp": "--cp",
@@ -260,6 +267,23 @@ TimeLimitOpt = Annotated[
     float | None, typer.Option("--time-limit", help="Search time limit in seconds, > 0 (default 60).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print strict JSON on stdout instead of tables.")]
+# memory levers (config.Settings checks them; cost/memory.py prices them)
+FsdpOpt = Annotated[
+    str | None,
+    typer.Option("--fsdp", help="Megatron-FSDP sharding: none, optim, optim_grads or optim_grads_params."),
+]
+GradBf16Opt = Annotated[bool | None, typer.Option("--grad-reduce-in-bf16/--grad-reduce-in-fp32", help="Main grads.")]
+Fp8ParamOpt = Annotated[bool | None, typer.Option("--fp8-param-gather/--no-fp8-param-gather", help="FP8 params.")]
+StateDtypeOpt = Annotated[
+    str | None, typer.Option("--optimizer-state-dtype", help="Adam moments: fp32 or bf16 (precision-aware).")
+]
+OffloadModulesOpt = Annotated[
+    str | None, typer.Option("--offload-modules", help="Fine-grained activation offload, comma-separated modules.")
+]
+DropoutOpt = Annotated[bool | None, typer.Option("--dropout/--no-dropout", help="Hidden/attention dropout 0.1.")]
+HeadroomOpt = Annotated[
+    float | None, typer.Option("--memory-headroom", help="Share of device memory kept free (default 0.0).")
+]
 TargetOpt = Annotated[str, typer.Option("--target", help="Framework: megatron (Megatron-LM) or flagscale.")]
 
 
@@ -409,7 +433,12 @@ def estimate(
     gbs: GbsOpt = None,
     seq: SeqOpt = None,
     recompute: Annotated[
-        str | None, typer.Option("--recompute", help="Activation recompute: none, selective or full.")
+        str | None,
+        typer.Option(
+            "--recompute",
+            help="none, selective, sel-mlp, sel-moe, full, full:K (block), uniform:N, or Megatron modules "
+            "(core_attn,layernorm,moe_act,mla_up_proj,mlp,moe,shared_experts).",
+        ),
     ] = None,
     layout: Annotated[
         str | None, typer.Option("--layout", help="Megatron --pipeline-model-parallel-layout string.")
@@ -421,9 +450,17 @@ def estimate(
         bool | None,
         typer.Option("--optimizer-offload/--no-optimizer-offload", help="Optimizer states in host memory."),
     ] = None,
+    fsdp: FsdpOpt = None,
+    grad_reduce_in_bf16: GradBf16Opt = None,
+    fp8_param_gather: Fp8ParamOpt = None,
+    optimizer_state_dtype: StateDtypeOpt = None,
+    offload_modules: OffloadModulesOpt = None,
+    dropout: DropoutOpt = None,
+    memory_headroom: HeadroomOpt = None,
     simulate: Annotated[
         bool, typer.Option("--simulate", help="Event-driven 1F1B simulation instead of the closed form.")
     ] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Itemized memory per stage.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Predict iteration time, throughput, MFU and memory of one plan (a file, or --tp/--pp/... knobs)."""
@@ -440,6 +477,13 @@ def estimate(
         precision=precision,
         imbalance=imbalance,
         optimizer_offload=optimizer_offload,
+        fsdp=fsdp,
+        grad_reduce_in_bf16=grad_reduce_in_bf16,
+        fp8_param_gather=fp8_param_gather,
+        optimizer_state_dtype=optimizer_state_dtype,
+        offload_modules=offload_modules,
+        dropout=dropout,
+        memory_headroom=memory_headroom,
     )
     if plan is not None:
         knobs = {"--tp": tp, "--pp": pp, "--cp": cp, "--ep": ep, "--etp": etp, "--vpp": vpp}
@@ -492,6 +536,9 @@ def estimate(
         con.print(render.summary_line(d))
         con.print(render.breakdown_table(d["breakdown"]))
         con.print(render.BREAKDOWN_LEGEND, style="dim")
+        if explain:
+            con.print(render.memory_table(d["stages"]))
+            con.print(render.MEMORY_LEGEND, style="dim")
     worst = est.worst_memory()
     if worst is not None:
         typer.echo(

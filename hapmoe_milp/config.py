@@ -231,7 +231,12 @@ class Settings:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     overlap_ep_comm: bool = False
-    memory_headroom: float = 0.05
+    # The capacity rule: a rank fits when allocated * (1 + fragmentation) + context + buffers <= capacity *
+    # (1 - memory_headroom) (cost/memory.py). Default 0: fragmentation, context and DeepEP buffers are named
+    # device terms, and public runs used up to 99.4% of the visible memory (GLM-5.2 on H100, device-level peak
+    # 79.10 of ~79.6 GiB; FlagPerf Llama3-8B PP2DP4 on A800 76/80 GiB), so any reserve above 0.6% would call
+    # runs that really ran infeasible. Raise it to plan with a safety margin.
+    memory_headroom: float = 0.0
     optimizer_offload: bool = False
     # Model-state precision (Megatron: --grad-reduce-in-bf16, --fp8-param-gather, the precision-aware
     # optimizer's --exp-avg-dtype/--exp-avg-sq-dtype and --main-params-dtype); cost/memory.py prices them.
