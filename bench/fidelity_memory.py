@@ -58,11 +58,31 @@ def memory_section(memory_runs: Path, time_runs: Path, catalog: Catalog, command
         f"settings: {len(not_fit)} of {len(ran)}" + (f" ({', '.join(not_fit)})" if not_fit else "") + ".",
         "",
         table(
-            ["run", "model", "kind", "measured GiB", "predicted GiB", "error", "stage", "state", "activations", "working"],
             [
-                [r.id, r.model, r.kind, fx(r.measured_gib), fx(r.predicted_gib), pct(r.error), r.stage,
-                 fx(sum(r.items_gib[k] for k in ("params", "fp8_weights", "grads", "main_params", "optimizer")), 1),
-                 fx(r.items_gib["activations"], 1), fx(r.items_gib["working"], 1)]
+                "run",
+                "model",
+                "kind",
+                "measured GiB",
+                "predicted GiB",
+                "error",
+                "stage",
+                "state",
+                "activations",
+                "working",
+            ],
+            [
+                [
+                    r.id,
+                    r.model,
+                    r.kind,
+                    fx(r.measured_gib),
+                    fx(r.predicted_gib),
+                    pct(r.error),
+                    r.stage,
+                    fx(sum(r.items_gib[k] for k in ("params", "fp8_weights", "grads", "main_params", "optimizer")), 1),
+                    fx(r.items_gib["activations"], 1),
+                    fx(r.items_gib["working"], 1),
+                ]
                 for r in res
             ],
         ),  # fmt: skip

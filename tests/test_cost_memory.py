@@ -38,7 +38,6 @@ import pytest
 from hapmoe_milp.config import ParallelConfig, Settings
 from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.cost.pipeline import in_flight
-from hapmoe_milp.cost.primitives import GIB
 from hapmoe_milp.cost.stage import stage_totals
 from tests.test_cost_layers import dense_mha, synthetic_cluster, tiny_moe
 

@@ -604,8 +604,13 @@ def launch_scripts(
             ]
         else:
             lines.append('DATA_ARGS="${DATA_ARGS:---mock-data}"')
-        if cfg_tp_cp:
+        if plan.settings().fsdp != "none":
+            # validate_args asserts it is not 1 under Megatron-FSDP (and only warns about TP/CP then)
+            lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=8  # Megatron-FSDP needs more than one")
+        elif cfg_tp_cp:
             lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron asserts it with TP > 1 or CP > 1")
+        if plan.settings().offload_modules:
+            lines.append("export NVTE_CPU_OFFLOAD_V1=1  # validate_args: fine-grained offload with TE >= 2.10")
         if not u.whole_node_prefix:
             env = VISIBLE_DEVICES_ENV.get(u.vendor, "CUDA_VISIBLE_DEVICES")
             lines.append(f"export {env}={','.join(str(int(i)) for i in u.locals)}")
