@@ -85,6 +85,6 @@ def memory_section(memory_runs: Path, time_runs: Path, catalog: Catalog, command
                 ]
                 for r in res
             ],
-        ),  # fmt: skip
+        ),
     ]
     return "\n".join(lines)

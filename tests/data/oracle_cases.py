@@ -41,7 +41,7 @@ CASES += [
         "deepseek-v3-modules",
         "deepseek-v3",
         {"tp": 2, "pp": 2, "ep": 8, "etp": 1, "recompute": "mla_up_proj,shared_experts,moe_act"},
-    ),  # fmt: skip
+    ),
     _case("llama-3-70b-block", "llama-3-70b", {"tp": 4, "pp": 4, "recompute": "full:2"}),
     _case("llama-3-70b-uniform", "llama-3-70b", {"tp": 4, "pp": 4, "recompute": "uniform:2"}),
     _case("mixtral-8x7b-fsdp", "mixtral-8x7b", {"tp": 2, "ep": 8, "etp": 1}, fsdp="optim_grads_params"),
@@ -51,7 +51,7 @@ CASES += [
         "qwen3-30b-a3b",
         {"tp": 2, "pp": 2, "ep": 8, "etp": 1},
         offload_modules=("expert_fc1", "moe_act"),
-    ),  # fmt: skip
+    ),
     _case(
         "llama-3-70b-fp8-states",
         "llama-3-70b",
@@ -60,7 +60,7 @@ CASES += [
         fp8_param_gather=True,
         grad_reduce_in_bf16=True,
         optimizer_state_dtype="bf16",
-    ),  # fmt: skip
+    ),
 ]
 
 DENSE_CASE = _case("dense-mha-core-attn", "dense-mha", {"tp": 2, "pp": 2, "recompute": "core_attn"}, dropout=True)
