@@ -58,8 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-tables", action="store_true", help="write clusters/devices-calibrated/<device>.yaml")
     ap.add_argument("--no-results", action="store_true", help="print only, do not touch bench/RESULTS.md")
     ap.add_argument("--memory-runs", type=Path, default=ROOT / "bench" / "calibration" / "memory_runs.yaml")
+    ap.add_argument("--memory-only", action="store_true", help="only the memory section (no table fitting)")
     args = ap.parse_args(argv)
     quiet_logging()
+    if args.memory_only:
+        mem = memory_section(args.memory_runs, args.runs, Catalog(root=ROOT, use_calibrated=False), command_line())
+        print(mem)
+        if not args.no_results:
+            update_section("fidelity_memory", mem)
+        return 0
     t0 = time.perf_counter()
     shipped = Catalog(root=ROOT, use_calibrated=False)
     runs = [prepare(r, shipped) for r in load_runs(args.runs)]
