@@ -320,7 +320,7 @@ class MemoryModel:
 
     def budget(self, cfg: ParallelConfig | None = None) -> float:
         """Allocated bytes a rank may reach: the feasibility test of search and estimate alike."""
-        return (self.usable() - self.outside_bytes(cfg)) / (1.0 + self.device.memory.fragmentation)
+        return max(0.0, self.usable() - self.outside_bytes(cfg)) / (1.0 + self.device.memory.fragmentation)
 
     def device_total(self, allocated: float, cfg: ParallelConfig | None) -> float:
         return allocated * (1.0 + self.device.memory.fragmentation) + self.outside_bytes(cfg)

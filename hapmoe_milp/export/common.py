@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from hapmoe_milp.config import RECOMPUTE_LEVELS, Recompute, parse_recompute
+from hapmoe_milp.errors import ExportError
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
@@ -73,6 +74,11 @@ def recompute_from_flags(gran: object, method: object, k: object, modules: objec
         mods = modules if isinstance(modules, list) else ([modules] if modules else ["core_attn"])
         return parse_recompute(",".join(str(m) for m in mods)).name if mods else "none"
     kk = int(k) if isinstance(k, int) else 0
+    if kk < 1 or method not in ("block", "uniform"):
+        raise ExportError(
+            "full recompute needs --recompute-method block|uniform and --recompute-num-layers >= 1",
+            field="--recompute-granularity",
+        )
     if method == "uniform":
         return f"uniform:{kk}"
     return "full" if kk >= largest_chunk else f"full:{kk}"
