@@ -28,14 +28,17 @@ import pytest
 from hapmoe_milp.config import Settings
 from hapmoe_milp.cost.estimate import estimate
 from hapmoe_milp.cost.model import CostModel
+from hapmoe_milp.errors import ExportError
 from hapmoe_milp.export.megatron import megatron_args
 from hapmoe_milp.knobs import plan_from_knobs
 from hapmoe_milp.specs import Catalog
-from tests.data.oracle_cases import CASES, CATALOG_MODELS, DENSE_CASE, dense_mha_model
+from tests.data.oracle_cases import DENSE_CASE, LEVER_CASES, catalog_cases, dense_mha_model, is_hybrid
 
 ORACLE = json.loads((Path(__file__).parent / "data" / "megatron_memory_oracle.json").read_text())
 RECORDS = {r["name"]: r for r in ORACLE["cases"]}
 CAT = Catalog()
+CATALOG_CASES = catalog_cases(CAT)
+ALL_CASES = [*CATALOG_CASES, *LEVER_CASES, DENSE_CASE]
 
 
 def _built(case):
@@ -50,15 +53,19 @@ def test_oracle_file_names_its_commits_and_command():
     assert "55ac7082517c3878ae653c07c09c534b8aed49f6" in prov["validate_args"]
     assert "d98e8a64ddf34856e74b24714e3bedb2f5a39553" in prov["theoretical_memory"]
     assert prov["command"].startswith("python tools/megatron_memory_oracle.py")
-    assert {c["name"] for c in [*CASES, DENSE_CASE]} == set(RECORDS)
+    assert {c["name"] for c in ALL_CASES} == set(RECORDS), "the catalog changed: re-run the tool"
 
 
-@pytest.mark.parametrize("case", [*CASES, DENSE_CASE], ids=lambda c: c["name"])
+@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c["name"])
 def test_export_is_what_megatron_validated(case):
     """Every memory lever's flags (recompute modules, block/uniform, FSDP, offload, state precision) passed
     Megatron's validate_args; an export that changed since must be re-validated with the tool."""
     m, c, st, plan = _built(case)
     rec = RECORDS[case["name"]]
+    if "export" in rec:  # a model Megatron-LM cannot build: our exporter refuses it, as recorded
+        with pytest.raises(ExportError):
+            megatron_args(plan, m, c, st)
+        return
     assert rec["validate_args"] == "ok"
     assert megatron_args(plan, m, c, st) == rec["argv"], "exports changed: re-run tools/megatron_memory_oracle.py"
     assert rec["data_parallel_size"] == plan.stages[0].cfg.dp
@@ -82,10 +89,15 @@ def megatron_shard_weights(m, c, st, plan) -> float:
     return w
 
 
-@pytest.mark.parametrize("name", CATALOG_MODELS)
-def test_weights_and_optimizer_agree_with_megatron_within_2_percent(name):
-    case = next(c for c in CASES if c["name"] == name)
+@pytest.mark.parametrize("case", CATALOG_CASES, ids=lambda c: c["name"])
+def test_weights_and_optimizer_agree_with_megatron_within_2_percent(case):
+    name = case["name"]
     m, c, st, plan = _built(case)
+    if "export" in RECORDS[name]:
+        pytest.skip("not exportable to Megatron-LM (see test_export_is_what_megatron_validated)")
+    if is_hybrid(m):
+        assert "not supported" in RECORDS[name]["theoretical_memory"]
+        pytest.skip("Megatron's theoretical memory does not cover hybrid (Mamba / gated-DeltaNet) models")
     ours = megatron_shard_weights(m, c, st, plan)
     theirs = RECORDS[name]["weight_and_optimizer_bytes"]
     assert ours == pytest.approx(theirs, rel=0.02), (

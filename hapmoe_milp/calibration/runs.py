@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hapmoe_milp.config import check_recompute
+from hapmoe_milp.config import DISPATCHERS, check_recompute
 from hapmoe_milp.errors import HapmoeError, SpecError
 from hapmoe_milp.specs._fields import Fields, load_document
-from hapmoe_milp.specs.model import DISPATCHERS
 
 PRECISIONS = ("bf16", "fp8")
 MEASURES = ("step_time_s", "tokens_per_s_per_device", "tokens_per_s")

@@ -33,7 +33,7 @@ Megatron's own accounting (``megatron/training/theoretical_memory_usage.py``) is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from hapmoe_milp.config import ParallelConfig, RecomputeSpec, Settings, parse_recompute
 from hapmoe_milp.cost.primitives import BF16, FP32, GIB
@@ -126,6 +126,24 @@ def _t(name: str, nbytes: float, dropped: tuple[str, ...] = (), offload: str | N
     return ActTerm(name, nbytes, frozenset(dropped), offload)
 
 
+def _mixer_terms(m: ModelSpec, mixer: str, ts: float, q8: float, dropout: bool) -> list[ActTerm]:
+    """Gated-DeltaNet / Mamba mixer (widths of :func:`hapmoe_milp.cost.mixers.mixer_widths`): norm input,
+    in-projection input, and at TP-sharded widths the in-projection output, the conv output, the scan
+    output and the out-projection input (no Megatron recompute module regenerates them)."""
+    from hapmoe_milp.cost.mixers import mixer_widths
+
+    h = m.hidden_size
+    in_out, conv, inner = mixer_widths(m, mixer)
+    out = [
+        ActTerm("mixer_norm_input", 2 * h * ts, layer_input=True),
+        _t("mixer_in_proj_input", q8 * h * ts, ("layernorm",)),
+        _t("mixer_states", 2 * (in_out + conv + 2 * inner) * ts),
+    ]
+    if dropout:
+        out.append(_t("mixer_dropout_mask", h * ts))
+    return out
+
+
 def _attention_terms(m: ModelSpec, ts: float, q8: float, fp8: bool, dropout: bool) -> list[ActTerm]:
     """Attention block, per token of the sequence-parallel shard (Korthikanti et al. 2205.05198 Table 2,
     flash attention: no s^2 terms). GEMM inputs Transformer Engine keeps in FP8 under FP8 training (``q8``
@@ -215,12 +233,18 @@ def activation_terms(
     ts = b * st.seq_length / (cfg.cp * cfg.tp)
     fp8 = st.precision == "fp8"
     q8 = 1.0 if fp8 else 2.0
-    is_moe = kind == "moe" or (kind == "mtp" and m.mtp_is_moe)
-    out = _attention_terms(m, ts, q8, fp8, st.dropout)
-    if is_moe:
+    mixer, mlp_kind = m.kind_parts(kind)
+    out: list[ActTerm] = []
+    if mixer == "attention":
+        out += _attention_terms(m, ts, q8, fp8, st.dropout)
+    elif mixer is not None:
+        out += _mixer_terms(m, mixer, ts, q8, st.dropout)
+    if mlp_kind == "moe":
         out += _moe_terms(m, cfg, ts, routed_rows * st.imbalance, q8, st.dropout)
-    else:
+    elif mlp_kind == "dense":
         out += _mlp_terms(m, ts, q8, st.dropout)
+    if mixer is None and out:  # a hybrid model's MLP-only layer: its norm's input is the layer's input
+        out[0] = replace(out[0], layer_input=True)
     if kind == "mtp":
         h = m.hidden_size
         # embedding and hidden norms' inputs, and the 2h -> h projection's input

@@ -31,18 +31,19 @@ from hapmoe_milp.cost.memory import (
     stored_bytes,
     working_bytes,
 )
+from hapmoe_milp.cost.mixers import mixer_cost, mixer_cp_bytes, mixer_out_width
 from hapmoe_milp.cost.primitives import (
     BF16,
     FP32,
     attention_time,
     collective_time,
     dispatch_time,
-    distinct_groups,
     gemm_time,
     host_overhead,
     memory_time,
 )
 from hapmoe_milp.cost.recompute import offload_time, recompute_forward
+from hapmoe_milp.cost.routing import distinct_destinations
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.device import DeviceSpec
 from hapmoe_milp.specs.model import LayerKind, ModelSpec
@@ -151,23 +152,19 @@ class CostModel:
         tp, cp = cfg.tp, cfg.cp
         t = b * S / cp
         ts = t / tp  # sequence-parallel shard
-        is_moe = kind == "moe" or (kind == "mtp" and m.mtp_is_moe)
+        mixer, mlp_kind = m.kind_parts(kind)
+        is_moe = mlp_kind == "moe"
 
-        # ---- attention: projections (GEMMs, TP-sharded output dims) and flash-style core
-        f_comp = 0.0
-        attn_lin = self._attention_gemms(dev, t, tp, prec)
-        # causal: each query sees S/2 keys on average (fewer under a sliding window)
-        core_flops_f = t * S * self._core_macs() * 2 / tp * m.attention_keys_factor(S)
-        attn_core_f = attention_time(dev, core_flops_f, S, backward=False)
-        attn_core_b = attention_time(dev, 2.5 * core_flops_f, S, backward=True)
-        f_comp += attn_lin + attn_core_f
-        b_comp = 2 * attn_lin + attn_core_b
-        elem = memory_time(dev, ELEMENTWISE_PASSES_H * ts * h * BF16)
+        # ---- token mixer: attention (projections and flash-style core), or gated DeltaNet / Mamba
+        f_comp, b_comp, attn_core_f, attn_core_b = self._mixer_time(dev, mixer, t, tp, prec)
+        # two norms and two residual adds per attention+MLP layer; half for a one-sub-layer hybrid layer
+        sublayers = (mixer is not None) + (mlp_kind is not None)
+        elem = memory_time(dev, ELEMENTWISE_PASSES_H * sublayers / 2 * ts * h * BF16)
         f_comp += elem
         b_comp += 2 * elem
 
         # ---- MLP: dense, or router + routed experts + shared experts
-        n_tp_coll = 2  # attention AG + RS (forward)
+        n_tp_coll = 2 if mixer else 0  # the mixer's AG + RS (forward)
         routed_rows = 0.0
         mlp_f = shared_f = moe_f = 0.0
         if is_moe:
@@ -189,7 +186,7 @@ class CostModel:
                 f_comp += sh
                 b_comp += 2 * sh
                 n_tp_coll += 2
-        else:
+        elif mlp_kind == "dense":
             mlp = self._mlp_gemms(dev, t, m.ffn / tp, prec)
             mlp_f = mlp
             f_comp += mlp
@@ -199,12 +196,12 @@ class CostModel:
         # ---- FP8: every GEMM input is quantised first (read bf16, write fp8), activations forward and
         # output gradients backward
         if prec == "fp8":
-            ins = t * h + t * m.q_dim / tp
+            ins = t * h + t * mixer_out_width(m, mixer) / tp if mixer else 0.0
             if is_moe:
                 ins += routed_rows * (h + m.expert_ffn / cfg.etp)
                 if m.moe_shared_expert_intermediate_size:
                     ins += t * (h + m.moe_shared_expert_intermediate_size / tp)
-            else:
+            elif mlp_kind == "dense":
                 ins += t * (h + m.ffn / tp)
             cast = memory_time(dev, 3 * ins)
             f_comp += cast
@@ -230,7 +227,11 @@ class CostModel:
             )
         # ---- context parallel: ring exchange of K/V chunks, hidden behind the attention core when it can be
         cp_f = cp_b = 0.0
-        if cp > 1:
+        if cp > 1 and mixer in ("gdn", "mamba"):
+            # sequence shard -> head shard and back around the mixer, forward and backward
+            a2a = mixer_cp_bytes(m, mixer, t, tp)
+            cp_f = cp_b = 2 * self.collective(dev, did, "all_to_all", a2a, cp, tp * cp)
+        elif cp > 1 and mixer == "attention":
             kv_shards = tp if m.multi_latent_attention else min(tp, m.groups)
             kv_bytes = t * (m.kv_dim + m.v_dim) * BF16 / kv_shards
             step = self.collective(dev, did, "p2p", kv_bytes, 2, tp * cp)
@@ -257,16 +258,19 @@ class CostModel:
             "cp": cp_f,
             "ep": ep_f * ep_exposed,
             "core_attn": attn_core_f,
-            "layernorm": memory_time(dev, 4 * ts * h * BF16),
+            "layernorm": memory_time(dev, 2 * sublayers * ts * h * BF16),  # each sub-layer's norm, read + write
             "moe_act": memory_time(dev, 3 * routed_rows * m.expert_ffn / cfg.etp * BF16) if is_moe else 0.0,
-            "mlp": 0.0 if is_moe else mlp_f,
-            "tp_mlp": tp_f / (n_tp_coll / 2) if tp > 1 else 0.0,
+            "mlp": mlp_f,
+            "tp_mlp": tp_f / (n_tp_coll / 2) if tp > 1 and n_tp_coll else 0.0,
             "shared_experts": shared_f,
             "moe": (moe_f + shared_f) if is_moe else 0.0,
-            "mla_up_proj": self._mla_up_gemms(dev, t, tp, prec) if m.multi_latent_attention else 0.0,
+            "mla_up_proj": self._mla_up_gemms(dev, t, tp, prec)
+            if mixer == "attention" and m.multi_latent_attention
+            else 0.0,
         }
         rec, rec_tp, rec_cp, rec_ep = recompute_forward(spec, fparts)
-        rec += offload_time(dev, st, activation_terms(m, st, cfg, b, kind, routed_rows), spec, f_comp)
+        terms = activation_terms(m, st, cfg, b, kind, routed_rows)
+        rec += offload_time(dev, st, terms, spec, f_comp)
 
         gpu_f = f_comp + tp_f + cp_f + (ep_total / 2)
         gpu_b = b_comp + tp_f + cp_b + (ep_total / 2) + rec
@@ -280,7 +284,6 @@ class CostModel:
         p = m.layer_params(kind)
         dense_local = p["tp"] / tp + p["replicated"]
         exp_local = p["expert"] / (cfg.ep * cfg.etp) if p["expert"] else 0.0
-        terms = activation_terms(m, st, cfg, b, kind, routed_rows)
         act = stored_bytes(terms, spec, st.offload_modules)
         work = working_bytes(terms, spec, routed_rows * st.imbalance if is_moe else 0.0, h)
         if kind == "mtp":
@@ -353,6 +356,24 @@ class CostModel:
         bipartite, so the side with fewer devices sets the time; plus the link latency."""
         bw = self.cluster.cross.bandwidth(self.device(src), self.device(dst)) * 1e9
         return max(total_bytes / src_devices, total_bytes / dst_devices) / bw + self.cluster.cross.latency_us * 1e-6
+
+    def _mixer_time(
+        self, dev: DeviceSpec, mixer: str | None, t: float, tp: int, prec: str
+    ) -> tuple[float, float, float, float]:
+        """Forward and backward compute of a layer's token mixer, and of the attention core alone (what
+        context parallelism's ring exchange can hide behind); zeros for a layer without a mixer."""
+        m, S = self.model, self.settings.seq_length
+        if mixer == "attention":
+            attn_lin = self._attention_gemms(dev, t, tp, prec)
+            # causal: each query sees S/2 keys on average (fewer under a sliding window or in chunks)
+            core_flops_f = t * S * self._core_macs() * 2 / tp * m.attention_keys_factor(S)
+            core_f = attention_time(dev, core_flops_f, S, backward=False)
+            core_b = attention_time(dev, 2.5 * core_flops_f, S, backward=True)
+            return attn_lin + core_f, 2 * attn_lin + core_b, core_f, core_b
+        if mixer in ("gdn", "mamba"):
+            mc = mixer_cost(m, dev, mixer, t, tp, S, prec)
+            return mc.fwd, mc.bwd, 0.0, 0.0
+        return 0.0, 0.0, 0.0, 0.0
 
     def _core_macs(self) -> float:
         """Attention-core multiply-accumulates per (query token, key token) pair, all heads."""
@@ -428,8 +449,10 @@ class CostModel:
             if st.dispatcher == "flex":
                 # DeepEP/HybridEP send a token once per distinct destination node over the network and once
                 # per distinct destination rank over NVLink (forwarded inside the receiving node)
-                inter = (nodes - 1) / nodes * distinct_groups(E, k, round(nodes)) if nodes > 1 else 0.0
-                intra = distinct_groups(E, k, cfg.ep)
+                # (group-limited routing bounds the distinct destinations: cost/routing.py)
+                g, gk = m.moe_router_num_groups, m.moe_router_group_topk
+                inter = (nodes - 1) / nodes * distinct_destinations(E, k, round(nodes), g, gk) if nodes > 1 else 0.0
+                intra = distinct_destinations(E, k, cfg.ep, g, gk)
             else:
                 # the alltoall dispatcher sends one copy per routed (token, expert) pair
                 inter = k * (1.0 - local / cfg.ep)
