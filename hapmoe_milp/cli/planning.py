@@ -214,6 +214,9 @@ def solve(
     ] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="PNG of the simulated 1F1B schedule.")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="Bottleneck, breakdown and runner-up.")] = False,
+    fsdp_search: Annotated[
+        bool, typer.Option("--fsdp-search", help="Also search Megatron-FSDP (sharded params); keep the faster plan.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Search for the fastest plan that fits; optionally write it and its launch files."""
@@ -256,6 +259,7 @@ def solve(
             pruning=preset.pruning if preset else None,
             time_limit=limit,
             optimizer_offload={"auto": "auto", "on": True, "off": False}[optimizer_offload],
+            fsdp_search=fsdp_search,
             catalog=STATE.catalog,
             solver_options=preset.options if preset else None,
             progress=prog,

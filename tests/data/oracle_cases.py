@@ -55,6 +55,12 @@ LEVER_CASES: list[dict[str, Any]] = [
     _case("mixtral-8x7b-fsdp", "mixtral-8x7b", {"tp": 2, "ep": 8, "etp": 1}, fsdp="optim_grads_params"),
     _case("llama-3-8b-fsdp-optim-grads", "llama-3-8b", {"tp": 1}, fsdp="optim_grads"),
     _case(
+        "qwen3-30b-fsdp-cp2-sel-moe",
+        "qwen3-30b-a3b",
+        {"cp": 2, "ep": 8, "etp": 1, "recompute": "sel-moe"},
+        fsdp="optim_grads_params",
+    ),
+    _case(
         "qwen3-30b-offload",
         "qwen3-30b-a3b",
         {"tp": 2, "pp": 2, "ep": 8, "etp": 1},
