@@ -22,7 +22,7 @@ from hapmoe_milp.cost.primitives import GIB
 from hapmoe_milp.cost.stage import block_full_counts, stage_totals
 from hapmoe_milp.errors import SettingsError
 from hapmoe_milp.specs.catalog import Catalog
-from tests.test_cost_layers import dense_mha, synthetic_cluster, synthetic_device, tiny_moe
+from tests.helpers import dense_mha, synthetic_cluster, synthetic_device, tiny_moe
 
 S, H, F = 4096, 1024, 4096
 

@@ -12,6 +12,7 @@ from typing import Literal
 
 from hapmoe_milp.config import RECOMPUTE_LEVELS, Recompute, parse_recompute
 from hapmoe_milp.errors import ExportError
+from hapmoe_milp.layout import StageLayers
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
@@ -206,16 +207,6 @@ def launch_units(plan: Plan, cluster: ClusterSpec) -> list[LaunchUnit]:
 
 
 # ---------------------------------------------------------------------- layers per stage and chunk
-@dataclass(frozen=True)
-class StageLayers:
-    decoder: int
-    mtp: int
-
-    @property
-    def total(self) -> int:
-        return self.decoder + self.mtp
-
-
 def stage_layers(plan: Plan, model: ModelSpec) -> list[StageLayers]:
     """Decoder and MTP layer counts of each stage (MTP layers are the model's trailing layer kinds)."""
     kinds = model.layer_kinds
