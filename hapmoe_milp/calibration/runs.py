@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hapmoe_milp.config import DISPATCHERS, check_recompute
+from hapmoe_milp.config import DISPATCHERS, FP8_RECIPES, check_recompute
 from hapmoe_milp.errors import HapmoeError, SpecError
 from hapmoe_milp.specs._fields import Fields, load_document
 
 PRECISIONS = ("bf16", "fp8")
+#: Software stack of runs that do not name one: a user's own runs share one stack unless they say otherwise.
+DEFAULT_STACK = "user"
 MEASURES = ("step_time_s", "tokens_per_s_per_device", "tokens_per_s")
 KNOBS = ("tp", "pp", "cp", "ep", "etp", "vpp")
 SETTING_BOOLS = (
@@ -40,6 +42,7 @@ MEMORY_KINDS = ("allocated", "reserved", "device")
 COLUMNS = (
     "id",
     "source",
+    "stack",
     "model",
     "cluster",
     *KNOBS,
@@ -49,6 +52,7 @@ COLUMNS = (
     "global_batch_size",
     "micro_batch_size",
     "precision",
+    "fp8_recipe",
     "dispatcher",
     *SETTING_BOOLS,
     *SETTING_STRS,
@@ -84,6 +88,8 @@ class MeasuredRun:
     peak_memory_gib: float | None = None
     notes: str = ""
     origin: str = ""
+    stack: str = DEFAULT_STACK
+    fp8_recipe: str | None = None
     peak_memory_kind: str = "allocated"
 
     @property
@@ -112,6 +118,8 @@ class MeasuredRun:
         }
         if self.dispatcher is not None:
             kw["dispatcher"] = self.dispatcher
+        if self.fp8_recipe is not None:
+            kw["fp8_recipe"] = self.fp8_recipe
         return kw
 
 
@@ -163,6 +171,8 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
         peak_memory_kind=f.choice("peak_memory_kind", MEMORY_KINDS, "allocated"),
         notes=f.str_("notes", ""),
         origin=f.source,
+        stack=f.str_("stack", DEFAULT_STACK),
+        fp8_recipe=f.choice("fp8_recipe", FP8_RECIPES) if f.has("fp8_recipe") else None,
     )
     f.reject_unknown()
     return run

@@ -14,8 +14,10 @@ from hapmoe_milp.cli.options import (
     ClusterOpt,
     DispatcherOpt,
     DropoutOpt,
+    EpOverlapOpt,
     FamilyOpt,
     Fp8ParamOpt,
+    Fp8RecipeOpt,
     FsdpOpt,
     GbsOpt,
     GradBf16Opt,
@@ -84,7 +86,9 @@ def estimate(
     ] = None,
     imbalance: ImbalanceOpt = None,
     precision: PrecisionOpt = None,
+    fp8_recipe: Fp8RecipeOpt = None,
     dispatcher: DispatcherOpt = None,
+    ep_overlap: EpOverlapOpt = None,
     optimizer_offload: Annotated[
         str | None,
         typer.Option("--optimizer-offload", help="Optimizer states in host memory: on or off (default: the plan's)."),
@@ -115,6 +119,8 @@ def estimate(
         seq_length=seq,
         dispatcher=dispatcher,
         precision=precision,
+        fp8_recipe=fp8_recipe,
+        overlap_ep_comm=ep_overlap,
         imbalance=imbalance,
         optimizer_offload=offload,
         fsdp=fsdp,
@@ -219,7 +225,9 @@ def solve(
     time_limit: TimeLimitOpt = None,
     imbalance: ImbalanceOpt = None,
     precision: PrecisionOpt = None,
+    fp8_recipe: Fp8RecipeOpt = None,
     dispatcher: DispatcherOpt = None,
+    ep_overlap: EpOverlapOpt = None,
     optimizer_offload: OffloadOpt = "auto",
     out: Annotated[
         Path | None, typer.Option("--out", help="Write plan.json here (with --export: the launch folder).")
@@ -269,6 +277,8 @@ def solve(
             micro_batch_size=mbs,
             imbalance=imbalance,
             precision=precision,
+            fp8_recipe=fp8_recipe,
+            overlap_ep_comm=ep_overlap,
             dispatcher=dispatcher,
         )
     assert sol.plan is not None
