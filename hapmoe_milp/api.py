@@ -111,9 +111,14 @@ def solve(
     solver_options: dict[str, Any] | None = None,
     export: str | None = None,
     progress: Progress | None = None,
+    fsdp_search: bool = False,
     **settings_kw: Any,
 ) -> Solution:
     """Search for the fastest plan; raise InfeasibleError (with the tightest constraint) if none fits.
+
+    ``fsdp_search=True`` also searches the megatron family under Megatron-FSDP with sharded parameters
+    (``optim_grads_params``: every state sharded, parameters gathered per layer and micro-batch) and keeps
+    whichever plan is faster -- the memory lever that trades communication for state instead of recompute.
 
     ``optimizer_offload="auto"`` first searches with optimizer states on the device and, only if nothing
     fits, again with them offloaded to host memory (as HAPMoE does for Mixtral-L on small clusters).
@@ -140,6 +145,12 @@ def solve(
         # one time limit for the whole solve: the optimizer-offload retry gets what the first try left
         left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
         sol = _run_solver(m, c, s, solver, fam, pruning, left, options, progress)
+        if fsdp_search and s.fsdp == "none" and not s.optimizer_offload and fam in ("both", "megatron"):
+            left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
+            s_f = replace(s, fsdp="optim_grads_params")
+            alt = _run_solver(m, c, s_f, solver, "megatron", pruning, left, options, progress)
+            if alt.plan is not None and (sol.plan is None or alt.objective_s < sol.objective_s):
+                sol, s = alt, s_f
         last = sol
         if sol.plan is not None:
             out = finalize(sol, m, c, s)

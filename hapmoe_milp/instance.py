@@ -310,10 +310,9 @@ def build_options(
     opts: list[Option] = []
     large = family == "hetero" and 0 < pruning.large_cluster < cluster.world_size
     # FlagScale expresses per-stage recompute only as none/full (per stage and micro-batch)
-    levels = RECOMPUTE_LEVELS if family == "megatron" else ("none", "full")
+    levels = search_levels(model) if family == "megatron" else ("none", "full")
     for did in cluster.device_types:
         node = cluster.node_size(did)
-        cap = cm.capacity(did)
         for g in stage_sizes(cluster, did):
             if large and g < node:
                 counter.add("large_cluster")
@@ -330,6 +329,7 @@ def build_options(
                     continue  # FlagScale's heterogeneous ParallelContext rejects context parallelism
                 b = samples_per_mb // cfg.dp
                 band = (1, n)  # narrowed below when the layer-band rule is on
+                cap = cm.capacity(did, cfg)
                 for r in levels:
                     opts.append(Option(-1, did, cfg, r, b, cap, band, kinds_seq, cm))
     if pruning.layer_band and opts:
@@ -377,6 +377,22 @@ def build_options(
         object.__setattr__(o, "index", i)
         out.append(o)
     return out
+
+
+def search_levels(model: ModelSpec) -> tuple[str, ...]:
+    """The recompute ladder (config.RECOMPUTE_LEVELS, argued in cost/recompute.py) without the rungs that
+    are no-ops for this model: ``sel-mlp`` needs a dense MLP, shared experts or MLA to recompute; ``sel-moe`` needs
+    MoE layers."""
+    out = []
+    for lv in RECOMPUTE_LEVELS:
+        if lv == "sel-mlp" and not (
+            "dense" in model.layer_kinds or model.moe_shared_expert_intermediate_size or model.multi_latent_attention
+        ):
+            continue
+        if lv == "sel-moe" and not model.is_moe:
+            continue
+        out.append(lv)
+    return tuple(out)
 
 
 def micro_batch_steps(
@@ -525,5 +541,6 @@ __all__ = [
     "in_flight",
     "in_group",
     "micro_batch_steps",
+    "search_levels",
     "vpp_lead",
 ]

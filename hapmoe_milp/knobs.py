@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hapmoe_milp.config import RECOMPUTE_LEVELS, ParallelConfig, Settings, check_choice, check_int
+from hapmoe_milp.config import ParallelConfig, Settings, check_int, check_recompute
 from hapmoe_milp.errors import PlanError
 from hapmoe_milp.layout import layout_problems, layout_rank_layers, parse_layout
 from hapmoe_milp.limits import MAX_DEVICES
@@ -32,7 +32,7 @@ def plan_from_knobs(
     says otherwise, in which case it also sets the virtual stages. ``etp`` defaults to Megatron's default
     (= ``tp``) for MoE models and to 1 for dense ones. Errors name the knob (``pp``, ``layout``, ...).
     """
-    check_choice("recompute", recompute, RECOMPUTE_LEVELS)
+    recompute = check_recompute(recompute)
     pp = check_int("pp", pp, 1, MAX_DEVICES)
     if etp is None:
         etp = tp if model.is_moe else 1

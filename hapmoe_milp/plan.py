@@ -28,6 +28,7 @@ from hapmoe_milp.config import (
     Settings,
     check_choice,
     check_int,
+    check_recompute,
     settings_from_dict,
 )
 from hapmoe_milp.errors import HapmoeError, PlanError, SpecError
@@ -60,7 +61,7 @@ class Stage:
             if type(v) is not int or not 0 <= v <= MAX_LAYERS:
                 object.__setattr__(self, name, check_int(name, v, 0, MAX_LAYERS))
         if self.recompute not in RECOMPUTE_LEVELS:
-            check_choice("recompute", self.recompute, RECOMPUTE_LEVELS)
+            object.__setattr__(self, "recompute", check_recompute(self.recompute))
 
     @property
     def devices(self) -> int:
@@ -74,7 +75,7 @@ class Stage:
         """One stage in a few characters: ``h800x8[TP/CP/DP/EP/ETP] sel:12`` (device x count, mesh,
         recompute when not none, layers). Every report that names a stage uses this spelling."""
         c = self.cfg
-        rec = {"none": "", "selective": " sel", "full": " full"}[self.recompute]
+        rec = {"none": "", "selective": " sel", "full": " full"}.get(self.recompute, f" {self.recompute}")
         return f"{self.device}x{self.devices}[{c.tp}/{c.cp}/{c.dp}/{c.ep}/{c.etp}]{rec}:{self.num_layers}"
 
 
@@ -352,6 +353,13 @@ def _settings_from(f: Fields) -> Settings:
         raise exc.at(source=f.source, field=f"settings.{exc.field}") from None
 
 
+def _recompute_field(sf: Fields) -> str:
+    try:
+        return check_recompute(sf.raw("recompute", "none"))
+    except HapmoeError as exc:
+        raise exc.at(source=sf.source, field=sf.path("recompute")) from None
+
+
 def _config_from(sf: Fields) -> ParallelConfig:
     try:
         return ParallelConfig(
@@ -430,7 +438,7 @@ def plan_from_dict(doc: dict[str, Any], source: str, catalog: Any = None) -> Pla
                 cfg=cfg,
                 layer_start=layers[0],
                 layer_end=layers[1],
-                recompute=sf.choice("recompute", RECOMPUTE_LEVELS, "none"),
+                recompute=_recompute_field(sf),
             )
         )
         sf.reject_unknown()

@@ -342,12 +342,18 @@ def test_round_trip_export_parse_rebuild(case: tuple[str, Plan, ModelSpec, objec
         assert getattr(rebuilt, f) == getattr(plan, f)
 
 
-def test_rebuild_rejects_partial_block_recompute() -> None:
+def test_rebuild_maps_partial_block_recompute_to_full_k() -> None:
+    """Block recompute of the first K layers per chunk is a plan recompute value of its own (``full:K``)."""
     plan, model, cluster = VALID[0][1:]
     a = [*megatron_args(plan, model, cluster), "--recompute-granularity", "full", "--recompute-method", "block"]
     a += ["--recompute-num-layers", "2"]
-    with pytest.raises(ExportError, match="block"):
-        plan_from_megatron_args(a, hostfile(plan, cluster), model, cluster)
+    back = plan_from_megatron_args(a, hostfile(plan, cluster), model, cluster)
+    assert {s.recompute for s in back.stages} == {"full:2"}
+    u = [*megatron_args(plan, model, cluster), "--recompute-granularity", "full", "--recompute-method", "uniform"]
+    u += ["--recompute-num-layers", "3"]
+    assert {s.recompute for s in plan_from_megatron_args(u, hostfile(plan, cluster), model, cluster).stages} == {
+        "uniform:3"
+    }
 
 
 # ---------------------------------------------------------------------- hostfile and launch scripts

@@ -21,7 +21,7 @@ from typing import Any
 
 from hapmoe_milp.config import ParallelConfig, Recompute, Settings
 from hapmoe_milp.cost.estimate import estimate
-from hapmoe_milp.cost.model import OVERHEAD_TP1, CostModel
+from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.deadline import NO_DEADLINE, Deadline
 from hapmoe_milp.plan import Plan, Stage, check_plan
 from hapmoe_milp.search.solution import Solution
@@ -410,7 +410,7 @@ def _zebra_best_offload(
         edge_f=R * (first.fwd + last.fwd),
         edge_b=R * (first.bwd + last.bwd),
         # transient working set: the attention layer's (the cost model's, all experts local) plus the
-        # logits of the head, and the framework overhead
+        # logits of the head; context and fragmentation are in the capacity (cost/memory.py budget)
         fixed_a=cm.fixed_memory(att, ParallelConfig(tp=tp, dp=1), b) + last.work,
         cap_a=cap_a,
         cap_e=cap_e,
@@ -490,7 +490,7 @@ class _OffloadScan:
 
     def mem_e(self, f: float) -> float:
         s = self.s
-        return self.side_e(f)[0] + self.R * self.L_moe * (1 - f) * s.act_e + OVERHEAD_TP1 + (1 - f) * s.work_e
+        return self.side_e(f)[0] + self.R * self.L_moe * (1 - f) * s.act_e + (1 - f) * s.work_e
 
     def at(self, u: int) -> ZebraPlan | None:
         """The plan offloading ``u`` units, or None when a side runs out of memory."""

@@ -43,6 +43,13 @@ FLAGS: dict[str, str] = {
     "fp8_recipe": "--fp8-recipe",
     "overlap_ep_comm": "--ep-overlap",
     "optimizer_offload": "--optimizer-offload",
+    "fsdp": "--fsdp",
+    "grad_reduce_in_bf16": "--grad-reduce-in-bf16",
+    "fp8_param_gather": "--fp8-param-gather",
+    "optimizer_state_dtype": "--optimizer-state-dtype",
+    "offload_modules": "--offload-modules",
+    "dropout": "--dropout",
+    "memory_headroom": "--memory-headroom",
     # one plan's layout (knobs.plan_from_knobs)
     "tp": "--tp",
     "pp": "--pp",
@@ -203,6 +210,23 @@ OffloadOpt = Annotated[
     str, typer.Option("--optimizer-offload", help="Optimizer states in host memory: auto (if nothing fits), on, off.")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print strict JSON on stdout instead of tables.")]
+# memory levers (config.Settings checks them; cost/memory.py prices them)
+FsdpOpt = Annotated[
+    str | None,
+    typer.Option("--fsdp", help="Megatron-FSDP sharding: none, optim, optim_grads or optim_grads_params."),
+]
+GradBf16Opt = Annotated[bool | None, typer.Option("--grad-reduce-in-bf16/--grad-reduce-in-fp32", help="Main grads.")]
+Fp8ParamOpt = Annotated[bool | None, typer.Option("--fp8-param-gather/--no-fp8-param-gather", help="FP8 params.")]
+StateDtypeOpt = Annotated[
+    str | None, typer.Option("--optimizer-state-dtype", help="Adam moments: fp32 or bf16 (precision-aware).")
+]
+OffloadModulesOpt = Annotated[
+    str | None, typer.Option("--offload-modules", help="Fine-grained activation offload, comma-separated modules.")
+]
+DropoutOpt = Annotated[bool | None, typer.Option("--dropout/--no-dropout", help="Hidden/attention dropout 0.1.")]
+HeadroomOpt = Annotated[
+    float | None, typer.Option("--memory-headroom", help="Share of device memory kept free (default 0.0).")
+]
 TargetOpt = Annotated[str, typer.Option("--target", help="Framework: megatron (Megatron-LM) or flagscale.")]
 
 

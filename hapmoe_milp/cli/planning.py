@@ -13,19 +13,26 @@ from hapmoe_milp.cli.options import (
     STATE,
     ClusterOpt,
     DispatcherOpt,
+    DropoutOpt,
     EpOverlapOpt,
     FamilyOpt,
+    Fp8ParamOpt,
     Fp8RecipeOpt,
+    FsdpOpt,
     GbsOpt,
+    GradBf16Opt,
+    HeadroomOpt,
     ImbalanceOpt,
     JsonOpt,
     MbsOpt,
     ModelOpt,
+    OffloadModulesOpt,
     OffloadOpt,
     PlanClusterOpt,
     PlanModelOpt,
     PrecisionOpt,
     SeqOpt,
+    StateDtypeOpt,
     TargetOpt,
     TimeLimitOpt,
     catalog_cluster,
@@ -67,7 +74,12 @@ def estimate(
     gbs: GbsOpt = None,
     seq: SeqOpt = None,
     recompute: Annotated[
-        str | None, typer.Option("--recompute", help="Activation recompute: none, selective or full.")
+        str | None,
+        typer.Option(
+            "--recompute",
+            help="none, selective, sel-mlp, sel-moe, full, full:K (block), uniform:N, or Megatron modules "
+            "(core_attn,layernorm,moe_act,mla_up_proj,mlp,moe,shared_experts).",
+        ),
     ] = None,
     layout: Annotated[
         str | None, typer.Option("--layout", help="Megatron --pipeline-model-parallel-layout string.")
@@ -81,9 +93,17 @@ def estimate(
         str | None,
         typer.Option("--optimizer-offload", help="Optimizer states in host memory: on or off (default: the plan's)."),
     ] = None,
+    fsdp: FsdpOpt = None,
+    grad_reduce_in_bf16: GradBf16Opt = None,
+    fp8_param_gather: Fp8ParamOpt = None,
+    optimizer_state_dtype: StateDtypeOpt = None,
+    offload_modules: OffloadModulesOpt = None,
+    dropout: DropoutOpt = None,
+    memory_headroom: HeadroomOpt = None,
     simulate: Annotated[
         bool, typer.Option("--simulate", help="Event-driven 1F1B simulation instead of the closed form.")
     ] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Itemized memory per stage.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Predict iteration time, throughput, MFU and memory of one plan (a file, or --tp/--pp/... knobs)."""
@@ -103,6 +123,13 @@ def estimate(
         overlap_ep_comm=ep_overlap,
         imbalance=imbalance,
         optimizer_offload=offload,
+        fsdp=fsdp,
+        grad_reduce_in_bf16=grad_reduce_in_bf16,
+        fp8_param_gather=fp8_param_gather,
+        optimizer_state_dtype=optimizer_state_dtype,
+        offload_modules=offload_modules,
+        dropout=dropout,
+        memory_headroom=memory_headroom,
     )
     if plan is not None:
         knobs = {"--tp": tp, "--pp": pp, "--cp": cp, "--ep": ep, "--etp": etp, "--vpp": vpp}
@@ -126,6 +153,9 @@ def estimate(
         con.print(render.summary_line(d))
         con.print(render.breakdown_table(d["breakdown"]))
         con.print(render.BREAKDOWN_LEGEND, style="dim")
+        if explain:
+            con.print(render.memory_table(d["stages"]))
+            con.print(render.MEMORY_LEGEND, style="dim")
     worst = est.worst_memory()
     if worst is not None:
         typer.echo(
@@ -208,6 +238,9 @@ def solve(
     ] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="PNG of the simulated 1F1B schedule.")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="Bottleneck, breakdown and runner-up.")] = False,
+    fsdp_search: Annotated[
+        bool, typer.Option("--fsdp-search", help="Also search Megatron-FSDP (sharded params); keep the faster plan.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Search for the fastest plan that fits; optionally write it and its launch files."""
@@ -235,6 +268,7 @@ def solve(
             pruning=preset.pruning if preset else None,
             time_limit=limit,
             optimizer_offload=offload,
+            fsdp_search=fsdp_search,
             catalog=STATE.catalog,
             solver_options=preset.options if preset else None,
             progress=prog,

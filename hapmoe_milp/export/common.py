@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from hapmoe_milp.config import RECOMPUTE_LEVELS, Recompute
+from hapmoe_milp.config import RECOMPUTE_LEVELS, Recompute, parse_recompute
+from hapmoe_milp.errors import ExportError
 from hapmoe_milp.layout import StageLayers
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.specs.cluster import ClusterSpec
@@ -36,8 +37,52 @@ SELECTIVE_MODULES_MOE: tuple[str, ...] = ("layernorm", "moe_act")
 SELECTIVE_MODULES_DENSE: tuple[str, ...] = ("layernorm",)
 
 
-def selective_modules(model: ModelSpec) -> tuple[str, ...]:
-    return SELECTIVE_MODULES_MOE if model.is_moe else SELECTIVE_MODULES_DENSE
+def selective_modules(model: ModelSpec, recompute: str = "selective") -> tuple[str, ...]:
+    """Megatron ``--recompute-modules`` for a selective recompute value, without the modules that do not
+    apply to the model (TransformerConfig rejects ``mla_up_proj`` without MLA; MoE modules are no-ops on
+    dense models, ``shared_experts`` without shared experts)."""
+    mods = parse_recompute(recompute).modules
+    drop = set()
+    if not model.multi_latent_attention:
+        drop.add("mla_up_proj")
+    if not model.is_moe:
+        drop |= {"moe_act", "moe", "shared_experts"}
+    elif not model.moe_shared_expert_intermediate_size:
+        drop.add("shared_experts")
+    if "moe" in mods:
+        drop.add("moe_act")  # the whole MoE block is recomputed anyway
+    return tuple(m for m in mods if m not in drop)
+
+
+def recompute_flag_args(recompute: str, model: ModelSpec, largest_chunk: int) -> list[str]:
+    """Megatron's recompute flags for one recompute value. ``full`` recomputes every layer: block method with
+    K = the largest chunk; ``full:K`` block with K; ``uniform:N`` uniform groups of N."""
+    spec = parse_recompute(recompute)
+    if spec.granularity == "none":
+        return []
+    if spec.granularity == "selective":
+        mods = selective_modules(model, recompute)
+        return ["--recompute-granularity", "selective", "--recompute-modules", *mods] if mods else []
+    k = spec.num_layers or max(1, largest_chunk)
+    return ["--recompute-granularity", "full", "--recompute-method", spec.method, "--recompute-num-layers", str(k)]
+
+
+def recompute_from_flags(gran: object, method: object, k: object, modules: object, largest_chunk: int) -> str:
+    """The plan recompute value Megatron's recompute flags give (inverse of :func:`recompute_flag_args`)."""
+    if gran is None:
+        return "none"
+    if gran == "selective":
+        mods = modules if isinstance(modules, list) else ([modules] if modules else ["core_attn"])
+        return parse_recompute(",".join(str(m) for m in mods)).name if mods else "none"
+    kk = int(k) if isinstance(k, int) else 0
+    if kk < 1 or method not in ("block", "uniform"):
+        raise ExportError(
+            "full recompute needs --recompute-method block|uniform and --recompute-num-layers >= 1",
+            field="--recompute-granularity",
+        )
+    if method == "uniform":
+        return f"uniform:{kk}"
+    return "full" if kk >= largest_chunk else f"full:{kk}"
 
 
 # ---------------------------------------------------------------------- ranks and hosts
@@ -286,11 +331,11 @@ def nearest_expressible_recompute(plan: Plan, target: Target = "megatron") -> tu
     if recompute_expressible(levels, target):
         return plan, None
     if target == "megatron":
-        top = max(levels, key=lambda lv: _LEVEL_RANK[lv])
+        top = max(levels, key=lambda lv: _LEVEL_RANK.get(lv, 1))
         adjusted: tuple[Recompute, ...] = tuple(top for _ in levels)
         reason = f"Megatron applies one recompute level to every stage; the most conservative, {top!r}, keeps memory"
     else:
-        adjusted = tuple("full" if lv == "selective" else lv for lv in levels)
+        adjusted = tuple(lv if lv == "none" else "full" for lv in levels)
         reason = "FlagScale switches recompute per stage only between none and full; selective stages become full"
     stages = tuple(replace(s, recompute=lv) for s, lv in zip(plan.stages, adjusted))
     return replace(plan, stages=stages), RecomputeNote(target=target, original=levels, adjusted=adjusted, reason=reason)

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from hapmoe_milp.config import ParallelConfig, Settings
+from hapmoe_milp.config import ParallelConfig, Settings, parse_recompute
 from hapmoe_milp.errors import ExportError
 from hapmoe_milp.export.common import (
     GENERATED_MARK,
@@ -109,8 +109,8 @@ def recompute_config(plan: Plan, model: ModelSpec) -> dict[str, Any]:
     kinds = set(levels)
     if kinds == {"none"}:
         return {}
-    if kinds == {"selective"}:
-        return {"recompute_granularity": "selective", "recompute_modules": list(selective_modules(model))}
+    if len(kinds) == 1 and parse_recompute(levels[0]).granularity == "selective":
+        return {"recompute_granularity": "selective", "recompute_modules": list(selective_modules(model, levels[0]))}
     out: dict[str, Any] = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
     if kinds == {"none", "full"}:
         runs: list[list[int]] = []

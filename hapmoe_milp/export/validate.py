@@ -30,11 +30,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hapmoe_milp.config import Settings
-from hapmoe_milp.errors import ExportError, PlanError
+from hapmoe_milp.errors import ExportError, HapmoeError, PlanError
 from hapmoe_milp.export.common import (
     TARGETS,
     Target,
+    plan_chunks,
     recompute_expressible,
+    recompute_flag_args,
+    recompute_from_flags,
     stage_layers,
     uses_shared_embedding,
 )
@@ -602,8 +605,12 @@ def rule_recompute_flags(ctx: Context) -> Iterator[Violation]:
     levels = {s.recompute for s in ctx.plan.stages}
     if len(levels) == 1:
         want = levels.pop()
-        got = "none" if gran is None else str(gran)
-        if got != want:
+        biggest = max(c.decoder for row in plan_chunks(ctx.plan, ctx.model) for c in row)
+        try:
+            got = recompute_from_flags(gran, method, k, a.get("recompute_modules"), biggest)
+        except HapmoeError:
+            got = str(gran)
+        if recompute_flag_args(got, ctx.model, biggest) != recompute_flag_args(want, ctx.model, biggest):
             yield _v("rule_recompute_flags", f, f"gives recompute {got!r}, the plan has {want!r}")
 
 

@@ -66,14 +66,15 @@ def diagnose(
                 # the cheapest-in-memory window of `share` consecutive layers
                 windows = count[:, share:] - count[:, : n_layers - share + 1]
                 best_mem = float((per_layer @ windows).min()) + o.fixed
-                ratio = best_mem / o.capacity
+                ratio = best_mem / o.capacity if o.capacity > 0 else math.inf
                 if worst is None or ratio < worst[0]:
                     dev = cluster.device(o.device)
                     msg = (
                         f"memory: a stage of {o.devices} {dev.id} holding {share} of {len(kinds)} layers needs "
                         f"{best_mem / GIB:.1f} GiB per device even with {o.cfg.label()} and recompute "
                         f"{o.recompute}; {dev.name} has {o.capacity / GIB:.1f} GiB usable "
-                        f"({dev.memory_gib:g} GiB less {settings.memory_headroom:.0%} headroom)"
+                        f"({dev.memory_gib:g} GiB less {settings.memory_headroom:.0%} headroom, context, buffers and "
+                        "allocator fragmentation: cost/memory.py)"
                     )
                     worst = (ratio, msg)
     if stopped and worst is None:

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hapmoe_milp.config import RECOMPUTE_LEVELS
 from hapmoe_milp.instance import ATTRS, Instance, Option, aligned
 
 # columns of the per-kind coefficient block (ATTRS order) and of the edge block (ATTRS + work)
 F, B, W, A, RS, AG, OP, WORK = range(8)
 N_ATTR = len(ATTRS)
-LEVEL = {"none": 0, "selective": 1, "full": 2}
+LEVEL = {lv: i for i, lv in enumerate(RECOMPUTE_LEVELS)}  # the recompute ladder, cheapest first
 SHAPE_STRIDE = 1 << 24  # shape ids of different groups never collide
 
 

@@ -23,6 +23,7 @@ from hapmoe_milp.limits import (
     RANGE_PRICE_PER_HOUR,
 )
 from hapmoe_milp.specs._fields import Fields, check_name, load_document
+from hapmoe_milp.specs.memory_terms import MemoryTerms, memory_terms_from_fields
 from hapmoe_milp.specs.runtime import RuntimeParams, runtime_from_fields
 from hapmoe_milp.specs.tables import Table, table_from_fields
 
@@ -75,6 +76,7 @@ class DeviceSpec:
     calibration: dict[str, Any] = field(default_factory=dict)  # runs, fitted parameters, residuals (calibrated)
     price_per_hour: float | None = None
     origin: str = ""
+    memory: MemoryTerms = field(default_factory=MemoryTerms)  # outside-the-allocator terms (cost/memory.py)
 
     def runtime_basis(self, name: str) -> str:
         """Where a runtime term's value comes from: ``source`` (read off a benchmark), ``derived``,
@@ -244,6 +246,7 @@ def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
         calibration=calibration,
         price_per_hour=f.float_("price_per_hour", None, allow_zero=True, within=RANGE_PRICE_PER_HOUR),
         origin=source,
+        memory=memory_terms_from_fields(f.sub("memory", None)),
     )
     f.reject_unknown(allowed_extra=("notes", "aliases", "confidence"))
     return dev
