@@ -17,10 +17,12 @@ from hapmoe_milp.config import (
     SOLVERS,
     Settings,
     check_choice,
+    check_solver_options,
     check_time_limit,
     make_settings,
 )
 from hapmoe_milp.cost.estimate import Estimate, estimate
+from hapmoe_milp.deadline import Deadline
 from hapmoe_milp.errors import HapmoeError, InfeasibleError, SettingsError, SolverError
 from hapmoe_milp.plan import Plan, check_plan
 from hapmoe_milp.search.solution import Progress, Solution
@@ -37,6 +39,8 @@ OFFLOAD_CHOICES = ("auto", True, False)
 # Export targets and the plan family each can run: upstream Megatron one mesh shape for every stage;
 # FlagScale's heterogeneous meshes (the hetero family is built to FlagScale's rules: no CP, no VPP, ...).
 TARGET_FAMILY = {"megatron": "megatron", "flagscale": "hetero"}
+# Seconds an infeasible solve may spend past its limit saying why (diagnose); part of the documented constant
+DIAGNOSE_MIN_S = 1.0
 # A cluster this large with the model's default global batch is checked for idle devices (see idle_warning)
 LARGE_CLUSTER = 64
 
@@ -126,6 +130,7 @@ def solve(
     if optimizer_offload not in OFFLOAD_CHOICES:
         raise SettingsError(f"must be auto, True or False, got {optimizer_offload!r}", field="optimizer_offload")
     limit = DEFAULT_TIME_LIMIT if time_limit is None else check_time_limit(time_limit)
+    options = check_solver_options(solver_options or {})
     m, c = resolve(model, cluster, catalog)
     st = make_settings(m, settings, **settings_kw)
     tries = [st]
@@ -139,11 +144,11 @@ def solve(
     for s in tries:
         # one time limit for the whole solve: the optimizer-offload retry gets what the first try left
         left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
-        sol = _run_solver(m, c, s, solver, fam, pruning, left, solver_options or {}, progress)
+        sol = _run_solver(m, c, s, solver, fam, pruning, left, options, progress)
         if fsdp_search and s.fsdp == "none" and not s.optimizer_offload and fam in ("both", "megatron"):
             left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
             s_f = replace(s, fsdp="optim_grads_params")
-            alt = _run_solver(m, c, s_f, solver, "megatron", pruning, left, solver_options or {}, progress)
+            alt = _run_solver(m, c, s_f, solver, "megatron", pruning, left, options, progress)
             if alt.plan is not None and (sol.plan is None or alt.objective_s < sol.objective_s):
                 sol, s = alt, s_f
         last = sol
@@ -166,7 +171,10 @@ def solve(
             f"--time-limit {max(2 * limit, 60):g} (time_limit= in Python)",
             constraint="time",
         )
-    raise diagnose(m, c, tries[-1], families(fam))
+    # explaining infeasibility is bounded too: what is left of the limit, at least DIAGNOSE_MIN_S
+    raise diagnose(
+        m, c, tries[-1], families(fam), Deadline.after(max(DIAGNOSE_MIN_S, limit - (time.perf_counter() - t0)))
+    )
 
 
 def explain(sol: Solution) -> dict[str, Any]:

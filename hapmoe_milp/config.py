@@ -17,7 +17,14 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, Protocol
 
 from hapmoe_milp.errors import SettingsError
-from hapmoe_milp.limits import MAX_BATCH, MAX_DEVICES, MAX_IMBALANCE, MAX_SEQ_LENGTH, MAX_TIME_LIMIT_S
+from hapmoe_milp.limits import (
+    MAX_BATCH,
+    MAX_DEVICES,
+    MAX_IMBALANCE,
+    MAX_SEQ_LENGTH,
+    MAX_THREADS,
+    MAX_TIME_LIMIT_S,
+)
 
 #: Megatron's ``--recompute-modules`` choices (TransformerConfig at core_v0.16.1); exports list them in this order.
 RECOMPUTE_MODULES: tuple[str, ...] = (
@@ -143,6 +150,26 @@ def offload_choice(v: Any, choices: tuple[str, ...] = OFFLOAD_WORDS) -> bool | L
 def check_time_limit(v: Any, name: str = "time_limit") -> float:
     """A solver time limit: positive and finite (0 is not 'no limit'; leave it unset for the default)."""
     return check_float(name, v, 0.0, MAX_TIME_LIMIT_S, lo_open=True, what="a number of seconds")
+
+
+#: Exact-solver options a preset or the Python API may set: ``backend`` names the exact model for ``auto``
+#: (cpsat, milp) or the MILP library (highs, cbc).
+SOLVER_BACKENDS: tuple[str, ...] = ("cpsat", "milp", "highs", "cbc")
+
+
+def check_solver_options(opts: Any) -> dict[str, Any]:
+    """``threads``, ``relative_gap`` and ``backend`` checked; other keys (backend tuning such as
+    ``resolution_s``) pass through to the solver untouched."""
+    if not isinstance(opts, dict):
+        raise SettingsError(f"must be a mapping of option: value, got {type(opts).__name__}", field="solver_options")
+    out = dict(opts)
+    if out.get("threads") is not None:
+        out["threads"] = check_int("threads", out["threads"], 1, MAX_THREADS)
+    if out.get("relative_gap") is not None:
+        out["relative_gap"] = check_float("relative_gap", out["relative_gap"], 0.0, 1.0, what="a fraction")
+    if out.get("backend") is not None:
+        out["backend"] = check_choice("backend", out["backend"], SOLVER_BACKENDS)
+    return out
 
 
 # ---------------------------------------------------------------------- recompute

@@ -21,7 +21,7 @@ def plan_from_knobs(
     cp: int = 1,
     ep: int = 1,
     etp: int | None = None,
-    vpp: int = 1,
+    vpp: int | None = None,
     recompute: str = "none",
     layout: str | None = None,
 ) -> Plan:
@@ -54,7 +54,10 @@ def plan_from_knobs(
         if problems:
             raise PlanError(f"{layout[:80]!r}: {problems[0]}", field="layout")
         counts = [r.total for r in layout_rank_layers(layout, pp)]
-        vpp = len(parse_layout(layout)) // pp
+        chunks = len(parse_layout(layout)) // pp
+        if vpp not in (None, 1, chunks):  # the layout sets the chunks; a different --vpp contradicts it
+            raise PlanError(f"{vpp} disagrees with the layout, which has {chunks} chunk(s) per stage", field="vpp")
+        vpp = chunks
     else:
         if n_layers % pp:
             what = f"{n_layers} layers"
@@ -63,6 +66,7 @@ def plan_from_knobs(
                 what += f" ({model.num_layers} decoder layers + {mtp} MTP layer{'s' if mtp > 1 else ''})"
             raise PlanError(f"{what} do not split evenly over pp={pp}; give a layout", field="pp")
         counts = [n_layers // pp] * pp
+        vpp = 1 if vpp is None else vpp
     stages = []
     pos = 0
     for s in range(pp):

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from hapmoe_milp.config import ParallelConfig
+from hapmoe_milp.config import ParallelConfig, check_bool, check_float, check_int
 from hapmoe_milp.errors import PlanError
+from hapmoe_milp.limits import MAX_DEVICES, MAX_VPP
 from hapmoe_milp.plan import check_config
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
@@ -59,6 +60,12 @@ class Pruning:
     large_cluster_top_k: int = 4
     max_vpp: int = 8
 
+    def __post_init__(self) -> None:
+        # checked once, here, whoever builds it (preset YAML, Python API): errors name the switch
+        for name, v in _checked_pruning(self).items():
+            if v is not getattr(self, name):
+                object.__setattr__(self, name, v)
+
     @classmethod
     def off(cls) -> Pruning:
         return cls(
@@ -82,6 +89,33 @@ class Pruning:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+#: The physical range of each numeric switch: what it means, not what a test happens to use.
+PRUNING_RANGES: dict[str, tuple[float, float]] = {
+    "delta": (0.0, 100.0),  # band half-width as a fraction of a stage's share (>1 leaves no lower bound)
+    "eta": (0.0, 1e6),  # p2p / compute ratio; 0 drops every cross-type boundary with any transfer
+    "max_stages": (0, MAX_DEVICES),  # 0 = no cap; never more stages than devices
+    "pareto_eps": (0.0, 1.0),  # relative distance between merged DP labels
+    "large_cluster": (0, MAX_DEVICES),  # 0 = never
+    "large_cluster_top_k": (0, 1 << 16),  # 0 = keep every option
+    "max_vpp": (1, MAX_VPP),
+}
+
+
+def _checked_pruning(p: Pruning) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields(p):
+        v = getattr(p, f.name)
+        if f.type in ("bool", bool):
+            out[f.name] = check_bool(f.name, v)
+        elif f.type in ("int", int):
+            lo, hi = PRUNING_RANGES[f.name]
+            out[f.name] = check_int(f.name, v, int(lo), int(hi))
+        else:
+            lo, hi = PRUNING_RANGES[f.name]
+            out[f.name] = check_float(f.name, v, lo, hi)
+    return out
 
 
 @dataclass

@@ -25,7 +25,7 @@ PKG = Path(__file__).resolve().parent.parent / "hapmoe_milp"
 ROOT = "hapmoe_milp"  # the package itself (its __init__: the two-name public facade)
 
 # shared vocabulary, importable from every room above it
-FOUNDATION = frozenset({"errors", "limits", "fileio", "config"})
+FOUNDATION = frozenset({"errors", "limits", "fileio", "config", "deadline"})
 MODEL = FOUNDATION | {"specs", "plan"}  # input specs and the plan types
 PRICED = MODEL | {"cost"}  # ... and the cost model
 SEARCHED = PRICED | {"space", "instance", "search"}  # ... and the search over one shared instance
@@ -36,6 +36,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "limits": frozenset(),
     "fileio": frozenset({"errors"}),
     "config": frozenset({"errors", "limits"}),
+    "deadline": frozenset({"errors"}),  # the time limit as a point in time, checked while building models
     "layout": frozenset(),  # Megatron's layout grammar: plain text rules, read by knobs and export
     "render": frozenset(),  # rich tables from plain dicts: knows no type of ours
     # inputs and the plan vocabulary

@@ -33,6 +33,7 @@ from typing import Any
 
 from hapmoe_milp.config import Settings
 from hapmoe_milp.cost.estimate import Estimate, estimate
+from hapmoe_milp.deadline import Deadline
 from hapmoe_milp.errors import HapmoeError
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.search.solution import Solution
@@ -59,7 +60,7 @@ _ALIASES = {
 
 
 # ------------------------------------------------------------------------------------------ dispatch
-_RUNNERS: dict[str, Callable[[ModelSpec, ClusterSpec, Settings], Solution]] = {
+_RUNNERS: dict[str, Callable[..., Solution]] = {  # (model, cluster, settings, *, deadline) -> Solution
     "megatron": megatron_uniform,
     "metis": metis_style,
     "hetermoe": hetermoe_style,
@@ -148,7 +149,9 @@ def compare_against(
     ``latency`` = iteration-time ratio. Megatron-uniform is always run as the reference. Where a
     baseline fits only with optimizer states offloaded to host memory, it is rerun that way (HAPMoE
     offloads for Mixtral-L on its small clusters) and the row says so; ``optimizer_offload='auto'``
-    does the same for our planner.
+    does the same for our planner. ``time_limit`` bounds the whole comparison: each baseline and then our
+    planner get an equal share of what the methods before them left; a baseline the limit stops reports its
+    best plan so far with status ``timeout``.
 
     Returns a dict: ``model``, ``cluster``, ``devices``, ``settings`` and ``reference`` (plain values);
     ``rows`` (one JSON-safe dict per method, ours first: iteration time, tokens/s, MFU, the three ratios,
@@ -168,21 +171,28 @@ def compare_against(
     rows: list[dict[str, Any]] = []
     sols: dict[str, Solution] = {}
     offl: dict[str, bool] = {}
-    for key in ["megatron", *[n for n in names if n != "megatron"]]:
+    # ``time_limit`` bounds the whole comparison: each method gets an equal share of what is left
+    clock = Deadline.after(time_limit)
+    keys = ["megatron", *[n for n in names if n != "megatron"]]
+    for i, key in enumerate(keys):
         fn = _RUNNERS[key]
         t = time.perf_counter()
+        share = Deadline.after(clock.left() / (len(keys) + 1 - i))
         sol, used_off = _with_offload_fallback(
-            lambda fn=fn: fn(m, c, st), (lambda fn=fn: fn(m, c, off)) if allow_retry else None
+            lambda fn=fn, d=share: fn(m, c, st, deadline=d),
+            (lambda fn=fn, d=share: fn(m, c, off, deadline=d)) if allow_retry else None,
         )
         log.info("%s on %s x %s: %s in %.1f s", key, m.name, c.name, sol.status, time.perf_counter() - t)
         sols[key], offl[key] = sol, used_off or st.optimizer_offload
     ours: Solution | None
     ours_off = False
     try:
-        ours = api.solve(m, c, solver, settings=st, time_limit=time_limit, optimizer_offload=optimizer_offload)
+        left = None if time_limit is None else max(0.05, clock.left())
+        ours = api.solve(m, c, solver, settings=st, time_limit=left, optimizer_offload=optimizer_offload)
         ours_off = _plan_offloaded(ours, m, c, st)
-    except HapmoeError as err:
-        ours = Solution(solver, "infeasible", None, math.inf, math.nan, 0.0, message=str(err))
+    except HapmoeError as err:  # no plan: proved infeasible, or out of time (InfeasibleError constraint "time")
+        status = "timeout" if getattr(err, "constraint", "") == "time" else "infeasible"
+        ours = Solution(solver, status, None, math.inf, math.nan, 0.0, message=str(err))
     ref = sols["megatron"]
     world = c.world_size
     ref_t = ref.objective_s if ref.plan is not None else None

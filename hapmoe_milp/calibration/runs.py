@@ -17,6 +17,12 @@ from typing import Any
 
 from hapmoe_milp.config import DISPATCHERS, FP8_RECIPES, check_recompute
 from hapmoe_milp.errors import HapmoeError, SpecError
+from hapmoe_milp.limits import (
+    RANGE_MEMORY_GIB,
+    RANGE_STEP_TIME_S,
+    RANGE_TOKENS_PER_S,
+    RANGE_TOKENS_PER_S_PER_DEVICE,
+)
 from hapmoe_milp.specs._fields import Fields, load_document
 
 PRECISIONS = ("bf16", "fp8")
@@ -24,6 +30,12 @@ PRECISIONS = ("bf16", "fp8")
 DEFAULT_STACK = "user"
 MEASURES = ("step_time_s", "tokens_per_s_per_device", "tokens_per_s")
 KNOBS = ("tp", "pp", "cp", "ep", "etp", "vpp")
+# physical range of each measurement (limits.py): 1e-300 tokens/s is "positive" but divides to infinity
+MEASURE_RANGES = {
+    "step_time_s": RANGE_STEP_TIME_S,
+    "tokens_per_s_per_device": RANGE_TOKENS_PER_S_PER_DEVICE,
+    "tokens_per_s": RANGE_TOKENS_PER_S,
+}
 SETTING_BOOLS = (
     "overlap_ep_comm",
     "overlap_grad_reduce",
@@ -138,7 +150,7 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
             f"give exactly one measurement of {', '.join(MEASURES)} (got {', '.join(measures) or 'none'}), "
             "or a peak_memory_gib alone",
         )
-    value = math.nan if memory_only else f.float_(measures[0])
+    value = math.nan if memory_only else f.float_(measures[0], within=MEASURE_RANGES[measures[0]])
     layout = f.str_("layout", None)
     flags: dict[str, Any] = {k: f.bool_(k) for k in SETTING_BOOLS if f.has(k)}
     for k in SETTING_STRS:
@@ -167,7 +179,7 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
         measure="" if memory_only else measures[0],
         value=value,
         flags=flags,
-        peak_memory_gib=f.float_("peak_memory_gib", None),
+        peak_memory_gib=f.float_("peak_memory_gib", None, within=RANGE_MEMORY_GIB, unit="GiB"),
         peak_memory_kind=f.choice("peak_memory_kind", MEMORY_KINDS, "allocated"),
         notes=f.str_("notes", ""),
         origin=f.source,
@@ -187,7 +199,7 @@ def _recompute(f: Fields) -> str:
 
 def _csv_rows(path: Path) -> list[dict[str, Any]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # spreadsheets write a byte-order mark first
     except FileNotFoundError:
         raise SpecError("file not found", source=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:

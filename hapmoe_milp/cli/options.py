@@ -83,6 +83,7 @@ FLAGS: dict[str, str] = {
     "out_jsonl": "--out",
     "out_png": "--plot",
     "x": "--x",
+    "devices_dirs": "--devices-dir",
     # profiler (profiler.profile_device, profiler.launch_local_collectives) and calibration
     "device_name": "--device-name",
     "peak_tflops": "--peak-tflops",
@@ -202,7 +203,8 @@ FamilyOpt = Annotated[
     typer.Option("--family", help="Plans to search: megatron (one mesh shape), hetero (per-stage meshes) or both."),
 ]
 TimeLimitOpt = Annotated[
-    float | None, typer.Option("--time-limit", help="Search time limit in seconds, > 0 (default 60).")
+    float | None,
+    typer.Option("--time-limit", help="Seconds for the whole command, model building included, > 0 (default 60)."),
 ]
 OffloadOpt = Annotated[
     str, typer.Option("--optimizer-offload", help="Optimizer states in host memory: auto (if nothing fits), on, off.")

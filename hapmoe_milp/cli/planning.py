@@ -141,7 +141,7 @@ def estimate(
     else:
         knob = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "vpp": vpp, "recompute": recompute}
         p, m, c = _plan_from_flags(model, cluster, overrides, knob, layout)
-    with compute():
+    with compute(), flags({"simulate": "--simulate"}):
         est = estimate_plan(m, c, p, simulate=simulate, catalog=STATE.catalog, check=False)
     d = est.to_dict()
     if as_json:
@@ -298,9 +298,10 @@ def _check_outputs(out: Path | None, export: str | None, plot: Path | None) -> N
     elif out is not None:
         check_output_file(out, "--out")
     if plot is not None:
-        from hapmoe_milp.plot import require_matplotlib
+        from hapmoe_milp.plot import check_png_path, require_matplotlib
 
         check_output_file(plot, "--plot")
+        check_png_path(plot, "--plot")
         require_matplotlib("--plot")
 
 
@@ -330,7 +331,8 @@ def _write_outputs(plan: Any, m: Any, c: Any, out: Path | None, export: str | No
     if plot is not None:
         from hapmoe_milp.plot import plot_schedule
 
-        plot_schedule(m, c, plan, plot)
+        with flags({"simulate": "--plot"}):
+            plot_schedule(m, c, plan, plot)
     for path in written:
         log.info("wrote %s", path)
 

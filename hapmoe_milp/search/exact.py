@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hapmoe_milp.config import Settings
+from hapmoe_milp.deadline import Deadline, TimeLimitReached
 from hapmoe_milp.instance import Instance, build_instances, group_keys
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.search import backends
@@ -325,30 +326,42 @@ def _solve_exact(
     progress: Progress | None,
     **options: Any,
 ) -> Solution:
-    mod = backends.get(solver)
     t0 = time.perf_counter()
+    mod = backends.get(solver)  # the first use imports the solver library: inside the time limit
     deadline = t0 + time_limit if time_limit else None
     pr = pruning or EXACT_PRUNING
     fams = _families(family)
-    insts = (
-        list(instances)
-        if instances is not None
-        else [
-            i
-            for fam in fams
-            for i in build_instances(model, cluster, settings, fam, pr, max_vpp=pr.max_vpp)  # type: ignore[arg-type]
-        ]
-    )
     counter = PruneCounter()
     search = _Search(solver, mod, deadline, progress)
-    subs: list[SubProblem] = []
-    shared: dict[tuple, SubProblem] = {}  # interleaved copies share their base instance's sub-problem data
-    for inst in insts:
-        for rule, cnt in inst.counter.counts.items():
-            counter.add(rule, cnt)
-        keys = group_keys(inst)
-        parts = [[k] for k in keys] if (split or "group") == "group" else [keys]
-        subs.extend(subproblems(inst, parts, shared))
+    # building the sub-problems counts against the time limit too (minutes on 2,048 devices otherwise)
+    clock = Deadline.after(time_limit, t0)
+    try:
+        insts = (
+            list(instances)
+            if instances is not None
+            else [
+                i
+                for fam in fams
+                for i in clock.each(
+                    build_instances(model, cluster, settings, fam, pr, max_vpp=pr.max_vpp),  # type: ignore[arg-type]
+                    "building the instances",
+                )
+            ]
+        )
+        subs: list[SubProblem] = []
+        shared: dict[tuple, SubProblem] = {}  # interleaved copies share their base instance's sub-problem data
+        for inst in insts:
+            for rule, cnt in inst.counter.counts.items():
+                counter.add(rule, cnt)
+            keys = group_keys(inst)
+            parts = [[k] for k in keys] if (split or "group") == "group" else [keys]
+            subs.extend(subproblems(inst, parts, shared, deadline=clock))
+    except TimeLimitReached as exc:
+        wall = time.perf_counter() - t0
+        stats = {"pruning": pr.to_dict(), "max_vpp": pr.max_vpp, "stopped_while": exc.what}
+        return Solution(
+            solver, "timeout", None, math.inf, math.nan, wall, counter.counts, stats=stats, message=str(exc)
+        )
     hint_plan = hint.plan if isinstance(hint, Solution) else hint
     warm = False
     roots = []
@@ -395,7 +408,7 @@ def _solve_exact(
     if search.best_plan is None:
         status = "infeasible" if complete else "timeout"
         msg = (
-            _infeasible_message(model, cluster, settings, fams)
+            _infeasible_message(model, cluster, settings, fams, Deadline.after(max(1.0, clock.left())))
             if complete
             else f"{solver} found no plan within the time limit ({time_limit} s)"
         )
@@ -416,11 +429,13 @@ def _solve_exact(
     return Solution(solver, status, search.best_plan, search.best_val, bound, wall, counter.counts, stats=stats)  # type: ignore[arg-type]
 
 
-def _infeasible_message(model: ModelSpec, cluster: ClusterSpec, settings: Settings, fams: list[str]) -> str:
+def _infeasible_message(
+    model: ModelSpec, cluster: ClusterSpec, settings: Settings, fams: list[str], deadline: Deadline
+) -> str:
     """The same message the DP path gives (``diagnose``), so every solver explains infeasibility alike."""
     from hapmoe_milp.search.diagnose import diagnose
 
-    return str(diagnose(model, cluster, settings, fams))  # type: ignore[arg-type]
+    return str(diagnose(model, cluster, settings, fams, deadline))  # type: ignore[arg-type]
 
 
 def _solve_auto(

@@ -125,6 +125,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from hapmoe_milp.deadline import NO_DEADLINE, Deadline
 from hapmoe_milp.instance import Instance, Option, groups, in_group, vpp_lead
 from hapmoe_milp.plan import Plan, Stage
 
@@ -1027,15 +1028,21 @@ def evaluate_assignment(sub: SubProblem, assignment: Assignment) -> tuple[float,
 
 
 def subproblems(
-    inst: Instance, keys_list: Sequence[Sequence[tuple]], shared: dict[tuple, SubProblem] | None = None
+    inst: Instance,
+    keys_list: Sequence[Sequence[tuple]],
+    shared: dict[tuple, SubProblem] | None = None,
+    *,
+    deadline: Deadline = NO_DEADLINE,
 ) -> list[SubProblem]:
     """One sub-problem per entry of ``keys_list`` (options grouped in one pass over the instance).
 
     ``shared`` (a dict the caller keeps across instances) lets the interleaved copies of an instance
-    reuse its sub-problems' schedule-independent data (:meth:`SubProblem.for_schedule`)."""
+    reuse its sub-problems' schedule-independent data (:meth:`SubProblem.for_schedule`). ``deadline`` is
+    checked before each sub-problem is built (raises :class:`~hapmoe_milp.deadline.TimeLimitReached`)."""
     by_key: dict[tuple, list[Option]] | None = None
     out = []
     for keys in keys_list:
+        deadline.check("building the sub-problems")
         key = (id(inst.options), inst.samples_per_mb, tuple(keys))
         base = shared.get(key) if shared is not None else None
         if base is not None and base.inst.options is inst.options:
