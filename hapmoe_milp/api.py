@@ -19,7 +19,8 @@ from hapmoe_milp.search.solution import Progress, Solution
 from hapmoe_milp.space import Pruning
 from hapmoe_milp.specs.catalog import Catalog
 from hapmoe_milp.specs.cluster import ClusterSpec, check_size
-from hapmoe_milp.specs.model import ModelSpec, validate_model
+from hapmoe_milp.specs.model import ModelSpec
+from hapmoe_milp.specs.model_doc import validate_model
 
 log = logging.getLogger(__name__)
 

@@ -125,7 +125,15 @@ PREFIX_SPLIT = plan(
 OFFLOAD_MG = GOOD_MG.with_settings(GOOD_MG.settings().with_(optimizer_offload=True))
 OFFLOAD_FS = GOOD_FS.with_settings(GOOD_FS.settings().with_(optimizer_offload=True))
 
+# a hybrid (Mamba) mixtral-s: Mamba-2 / MoE / attention / MoE, six times (issue 22)
+HYBRID = replace(MIX, hybrid_override_pattern="ME*E" * 6, swiglu=False, squared_relu=True)
+CHUNKED = replace(MIX, attention_chunk_size=1024, no_rope_freq=4)
+
 CASES: list[Case] = [
+    Case("rule_megatron_architecture", plan([12, 12], HB, G8), model=replace(HYBRID, mamba_version=1)),
+    Case("rule_megatron_attention_differs", GOOD_MG, model=CHUNKED),
+    Case("rule_fs_gpt_models_only", GOOD_FS, "flagscale", model=HYBRID),
+    Case("rule_hybrid_pipeline_split", plan([8, 7, 5, 4], ["h800", "h800", "910b", "910b"], G4), model=HYBRID),
     Case(
         "rule_offload_flags",
         OFFLOAD_MG,
@@ -374,6 +382,7 @@ def test_rule_trips(case: Case) -> None:
         (TIED_DP, "flagscale", MIX_TIED),
         (plan([12, 12], HB, pc(dp=8, ep=8)), "megatron", MIX),
         (plan([16, 16], HB, pc(tp=2, dp=4)), "megatron", DENSE),
+        (plan([14, 10], HB, G8), "megatron", HYBRID),  # Megatron's hybrid stack: first-stage flag
     ],
 )
 def test_good_plans_have_no_violations(p: Plan, target: str, model: ModelSpec) -> None:

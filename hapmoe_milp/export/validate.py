@@ -47,6 +47,7 @@ from hapmoe_milp.export.megatron import (
     parse_layout,
     parse_megatron_args,
 )
+from hapmoe_milp.export.megatron_arch import megatron_gaps
 from hapmoe_milp.plan import Plan, check_plan
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
@@ -434,6 +435,54 @@ def _a(ctx: Context) -> dict[str, Any]:
     return ctx.args
 
 
+# ---------------------------------------------------------------------- architectures (issue 22)
+@rule("megatron")
+def rule_megatron_architecture(ctx: Context) -> Iterator[Violation]:
+    """A model Megatron-Core cannot build (export/megatron_arch.py), with the runtime that can."""
+    for gap in megatron_gaps(ctx.model):
+        if gap.blocking:
+            yield _v(
+                "rule_megatron_architecture",
+                "model",
+                f"Megatron-LM cannot build {ctx.model.name}: {gap.feature}; it runs under {gap.runtime}",
+            )
+
+
+@rule("megatron", severity="warning")
+def rule_megatron_attention_differs(ctx: Context) -> Iterator[Violation]:
+    """Megatron runs the model, but not the attention the plan priced."""
+    for gap in megatron_gaps(ctx.model):
+        if not gap.blocking:
+            yield _v(
+                "rule_megatron_attention_differs",
+                "model",
+                f"{gap.feature}; the plan's attention cost is what {gap.runtime} runs",
+            )
+
+
+@rule("megatron")
+def rule_hybrid_pipeline_split(ctx: Context) -> Iterator[Violation]:
+    """Megatron's hybrid stack (MambaStack._select_layers_for_pipeline_parallel, megatron-core 0.16.1) has no
+    virtual stages and no layout: layers split evenly, or with a different first and/or last stage."""
+    m, p = ctx.model, ctx.plan
+    if not m.is_hybrid or p.pp == 1:
+        return
+    if p.vpp > 1:
+        yield _v("rule_hybrid_pipeline_split", "vpp", "hybrid (Mamba) models run without virtual pipeline stages")
+        return
+    counts = p.layer_counts()
+    for first, last in ((None, None), (counts[0], None), (None, counts[-1]), (counts[0], counts[-1])):
+        got = megatron_chunks(p.pp, m.num_layers, 0, 1, first, last)
+        if got is not None and [row[0].decoder for row in got] == counts:
+            return
+    yield _v(
+        "rule_hybrid_pipeline_split",
+        "stages",
+        f"layers per stage {counts} need a layout, which Megatron's hybrid stack does not take "
+        "(only an even split with a different first and/or last stage)",
+    )
+
+
 @rule("megatron", tier="artifact")
 def rule_args_match_plan(ctx: Context) -> Iterator[Violation]:
     a, p, c = _a(ctx), ctx.plan, ctx.plan.stages[0].cfg
@@ -720,6 +769,19 @@ def rule_even_split(ctx: Context) -> Iterator[Violation]:
 
 
 # ====================================================================== FlagScale target
+@rule("flagscale")
+def rule_fs_gpt_models_only(ctx: Context) -> Iterator[Violation]:
+    """FlagScale's heterogeneous runs enter through its train_gpt.py (reference/megatron.md §5.1): GPT models
+    only, not Megatron's hybrid (Mamba) stack."""
+    if ctx.model.is_hybrid:
+        yield _v(
+            "rule_fs_gpt_models_only",
+            "model",
+            f"{ctx.model.name} is a hybrid (Mamba) model; FlagScale's heterogeneous training (train_gpt.py) builds "
+            "GPT models only: export it to Megatron-LM (pretrain_mamba.py) with one mesh for every stage",
+        )
+
+
 @rule("flagscale")
 def rule_fs_same_cp(ctx: Context) -> Iterator[Violation]:
     cps = [s.cfg.cp for s in ctx.plan.stages]
