@@ -13,6 +13,7 @@ from typing import Any
 
 from hapmoe_milp.config import Settings, check_choice, check_time_limit
 from hapmoe_milp.cost.estimate import Estimate, estimate
+from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.errors import HapmoeError, InfeasibleError, SettingsError, SolverError
 from hapmoe_milp.plan import Plan, check_plan
 from hapmoe_milp.search.solution import Progress, Solution
@@ -143,10 +144,13 @@ def solve(
         tries = [replace(st, optimizer_offload=bool(optimizer_offload))]
     last: Solution | None = None
     t0 = time.perf_counter()
+    # one cost model for every try: the offload retry re-prices only weights and optimizer terms
+    cm = CostModel(m, c, tries[0])
     for s in tries:
         # one time limit for the whole solve: the optimizer-offload retry gets what the first try left
         left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
-        sol = _run_solver(m, c, s, solver, fam, pruning, left, solver_options or {}, progress)
+        opts = {**(solver_options or {}), "cost_model": cm.for_settings(s)}
+        sol = _run_solver(m, c, s, solver, fam, pruning, left, opts, progress)
         last = sol
         if sol.plan is not None:
             out = finalize(sol, m, c, s)
@@ -224,7 +228,10 @@ def _run_solver(
     from hapmoe_milp.search.dp import solve_dp
 
     if solver == "dp":
-        return solve_dp(m, c, st, family=family, pruning=pruning, time_limit=time_limit, progress=progress)
+        cm = options.get("cost_model")
+        return solve_dp(
+            m, c, st, family=family, pruning=pruning, time_limit=time_limit, progress=progress, cost_model=cm
+        )
     if solver in ("cpsat", "milp", "auto"):
         try:
             from hapmoe_milp.search import exact

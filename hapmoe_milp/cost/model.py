@@ -11,7 +11,7 @@ for MoE) element-wise work and stored activations are further split by TP.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -110,6 +110,34 @@ class CostModel:
         self.settings = settings
         self.ep_comm_visible = ep_comm_visible
         self._memo: dict[tuple, LayerCost] = {}
+        self._shared: dict[tuple, LayerCost] | None = None  # another offload setting's memo (for_settings)
+
+    def for_settings(self, settings: Settings) -> CostModel:
+        """This cost model for ``settings`` that differ from its own only in optimizer offload (the retry
+        of a search that found nothing fitting). Offload changes only the weights and optimizer terms of a
+        layer or an edge (:meth:`state_and_sync`); everything else -- times, activations, working sets,
+        p2p -- reads settings offload leaves alone. So layers either model priced are re-priced by the
+        other only in those two terms, and the retry does not price every option again."""
+        if settings == self.settings:
+            return self
+        if replace(settings, optimizer_offload=self.settings.optimizer_offload) != self.settings:
+            raise ValueError("for_settings shares layer costs only across the optimizer-offload setting")
+        out = CostModel(self.model, self.cluster, settings, ep_comm_visible=self.ep_comm_visible)
+        out._shared = self._memo
+        self._shared = out._memo
+        return out
+
+    def _reuse(self, key: tuple, did: str, cfg: ParallelConfig) -> LayerCost | None:
+        """The other offload setting's cost of ``key`` (a layer or an edge), its state terms re-priced."""
+        other = self._shared.get(key) if self._shared is not None else None
+        if other is None:
+            return None
+        weights, _rs, _ag, opt = self.state_and_sync(
+            self.device(did), did, cfg, other.params_dense, other.params_expert
+        )
+        hit = replace(other, weights=weights, opt=opt)
+        self._memo[key] = hit
+        return hit
 
     # ------------------------------------------------------------------ helpers
     def device(self, did: str) -> DeviceSpec:
@@ -127,7 +155,7 @@ class CostModel:
     # ------------------------------------------------------------------ one layer
     def layer(self, did: str, cfg: ParallelConfig, b: int, kind: LayerKind, recompute: Recompute) -> LayerCost:
         key = ("L", did, cfg, b, kind, recompute)
-        hit = self._memo.get(key)
+        hit = self._memo.get(key) or self._reuse(key, did, cfg)
         if hit is None:
             hit = self._layer(did, cfg, b, kind, recompute)
             self._memo[key] = hit
@@ -577,7 +605,7 @@ class CostModel:
     def first_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
         """Input embedding on the first stage."""
         key = ("E", did, cfg, b)
-        hit = self._memo.get(key)
+        hit = self._memo.get(key) or self._reuse(key, did, cfg)
         if hit is None:
             m, dev = self.model, self.device(did)
             t = b * self.settings.seq_length / cfg.cp
@@ -611,7 +639,7 @@ class CostModel:
     def last_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
         """Final norm, output projection and loss on the last stage (plus a tied embedding copy)."""
         key = ("H", did, cfg, b)
-        hit = self._memo.get(key)
+        hit = self._memo.get(key) or self._reuse(key, did, cfg)
         if hit is None:
             m, dev = self.model, self.device(did)
             t = b * self.settings.seq_length / cfg.cp

@@ -299,8 +299,12 @@ def solve_dp(
     instances: Iterable[Instance] | None = None,
     name: str = "dp",
     progress: Progress | None = None,
+    cost_model: CostModel | None = None,
 ) -> Solution:
     """Search every plan of the DP's space; anytime: ``time_limit`` covers the whole call, building included.
+
+    ``cost_model``: one already used by another search of this model and cluster (its priced layers are
+    reused; settings that differ only in optimizer offload share through :meth:`CostModel.for_settings`).
 
     The status says how far the answer is proven: ``optimal`` when the search completed and no rule that
     can cut the optimum fired (``stats["cut_by"]`` is empty), ``feasible`` when it completed but such a
@@ -312,7 +316,7 @@ def solve_dp(
     kinds = kind_order(model.layer_kinds)
     run = _Run(t0, clock, time_limit, progress, RowCache(kinds, tuple(cluster.inventory)))
     total_dev = sum(cluster.inventory.values())
-    cm = CostModel(model, cluster, settings)
+    cm = cost_model.for_settings(settings) if cost_model is not None else CostModel(model, cluster, settings)
     queue = _MegatronQueue(total_dev, tuple(cluster.inventory), cluster.inventory)
     hetero_subs: list[SubProblem] = []
     stopped = False

@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hapmoe_milp.config import Settings
+from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.instance import Instance, build_instances, group_keys
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.search import backends
@@ -301,6 +302,7 @@ def solve(
     instances: Iterable[Instance] | None = None,
     split: str | None = None,
     progress: Progress | None = None,
+    cost_model: CostModel | None = None,
     **options: Any,
 ) -> Solution:
     """Solve every instance x group x depth exactly and keep the best plan, with a proven bound.
@@ -313,7 +315,8 @@ def solve(
     :data:`EXACT_PRUNING` for the exact solvers; its ``max_vpp`` bounds their interleaved instances as it
     bounds the DP's. ``backend`` selects the MILP solver (``highs`` default, ``cbc``) for
     ``solver='milp'``. ``split`` is ``'group'`` (default) or ``'instance'``. ``progress`` is called per
-    depth model (at most every 0.2 s). Extra ``options`` go to the backend (e.g. ``resolution_s``).
+    depth model (at most every 0.2 s). ``cost_model``: shared with other searches of this model and
+    cluster (``auto``'s runs share one). Extra ``options`` go to the backend (e.g. ``resolution_s``).
     """
     if solver == "auto":
         return _solve_auto(
@@ -328,6 +331,7 @@ def solve(
             backend=backend,
             split=split,
             progress=progress,
+            cost_model=cost_model,
             **options,
         )
     return _solve_exact(
@@ -345,6 +349,7 @@ def solve(
         instances=instances,
         split=split,
         progress=progress,
+        cost_model=cost_model,
         **options,
     )
 
@@ -367,6 +372,7 @@ def _solve_exact(
     progress: Progress | None,
     upper_bound: float = math.inf,
     block_bounds: bool | None = None,
+    cost_model: CostModel | None = None,
     **options: Any,
 ) -> Solution:
     """The best-first search of the module doc. ``upper_bound``: a plan value known from elsewhere (e.g.
@@ -378,13 +384,14 @@ def _solve_exact(
     deadline = t0 + time_limit if time_limit else None
     pr = pruning or EXACT_PRUNING
     fams = _families(family)
+    cm = cost_model.for_settings(settings) if cost_model is not None else CostModel(model, cluster, settings)
     insts = (
         list(instances)
         if instances is not None
         else [
             i
             for fam in fams
-            for i in build_instances(model, cluster, settings, fam, pr, max_vpp=pr.max_vpp)  # type: ignore[arg-type]
+            for i in build_instances(model, cluster, settings, fam, pr, cm, max_vpp=pr.max_vpp)  # type: ignore[arg-type]
         ]
     )
     counter = PruneCounter()
@@ -517,6 +524,7 @@ def _solve_auto(
     split: str | None,
     progress: Progress | None,
     split_families: bool | None = None,
+    cost_model: CostModel | None = None,
     **options: Any,
 ) -> Solution:
     """A certificate: the pruned DP for a fast plan, the exact backend for the proof, the unpruned DP as
@@ -533,13 +541,25 @@ def _solve_auto(
     pr = pruning or Pruning()
     exact_pr = replace(EXACT_PRUNING, max_vpp=pr.max_vpp)
     off = replace(Pruning.off(), max_vpp=pr.max_vpp)
-    dp = solve_dp(model, cluster, settings, family=family, pruning=pr, time_limit=time_limit, progress=progress)
+    cm = cost_model.for_settings(settings) if cost_model is not None else CostModel(model, cluster, settings)
+    dp = solve_dp(
+        model, cluster, settings, family=family, pruning=pr, time_limit=time_limit, progress=progress, cost_model=cm
+    )
     cert = _Certificate(dp, t0, time_limit)
     fams = _families(family)
     apart = cluster.world_size > SCALE_DEVICES if split_families is None else split_families
     todo = family
     if apart and "megatron" in fams and len(fams) > 1:
-        dm = solve_dp(model, cluster, settings, family="megatron", pruning=off, time_limit=cert.left(), name="dp-exact")
+        dm = solve_dp(
+            model,
+            cluster,
+            settings,
+            family="megatron",
+            pruning=off,
+            time_limit=cert.left(),
+            name="dp-exact",
+            cost_model=cm,
+        )
         cert.offer(dm)
         if dm.status in ("optimal", "infeasible"):
             cert.prove("megatron", "dp-exact", dm, dm.objective_s)
@@ -563,6 +583,7 @@ def _solve_auto(
             split=split,
             progress=progress,
             upper_bound=upper,
+            cost_model=cm,
             **options,
         )
         cert.stats.update({f"exact_{k}": v for k, v in ex.stats.items() if isinstance(v, (int, float, str, bool))})
@@ -577,7 +598,7 @@ def _solve_auto(
             cert.stats["exact_bound_s"] = ex.bound_s
     else:
         cert.stats["exact"] = "no time left"
-    return _finish_auto(model, cluster, settings, cert, todo, off, t0, pr)
+    return _finish_auto(model, cluster, settings, cert, todo, off, t0, pr, cm)
 
 
 def _finish_auto(
@@ -589,6 +610,7 @@ def _finish_auto(
     off: Pruning,
     t0: float,
     pr: Pruning,
+    cm: CostModel,
 ) -> Solution:
     """The unpruned DP as a second proof of the families not proved yet, then the certificate."""
     from hapmoe_milp.search.dp import solve_dp
@@ -596,7 +618,9 @@ def _finish_auto(
     fams = _families(todo)
     if any(f not in cert.proof for f in fams) and cert.time_for(1.0):
         # the unpruned DP is exact over the instance: when it finishes, its optimum is the proof
-        dx = solve_dp(model, cluster, settings, family=todo, pruning=off, time_limit=cert.left(), name="dp-exact")
+        dx = solve_dp(
+            model, cluster, settings, family=todo, pruning=off, time_limit=cert.left(), name="dp-exact", cost_model=cm
+        )
         cert.stats.update({"dp_exact_status": dx.status, "dp_exact_wall_s": dx.wall_s})
         cert.offer(dx)
         if dx.status == "infeasible" and cert.best.plan is None:
