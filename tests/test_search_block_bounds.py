@@ -19,7 +19,8 @@ from hapmoe_milp.search.block_bounds import BlockBounds
 from hapmoe_milp.search.dp import solve_dp
 from hapmoe_milp.space import Pruning
 from tests.conftest import tiny_cluster, tiny_model
-from tests.test_search_exact import _check_plan_objective, _depth_optima, _settings, _subproblems
+from tests.oracles.brute_force import depth_optima
+from tests.test_search_exact import _check_plan_objective, _settings, _subproblems
 
 OFF = Pruning.off()
 SPECS = [
@@ -60,12 +61,12 @@ def _check_bounds(sp, optima: dict, factor: float) -> int:
     family=st.sampled_from(["hetero", "megatron"]),
     factor=st.sampled_from([1 + 1e-9, 1.01, 0.99]),
 )
-def test_block_bounds_never_exceed_brute_force_depth_optima(catalog, lead, body, mtp, spec, gbs, family, factor):
+def test_block_bounds_never_exceed_brute_forcedepth_optima(catalog, lead, body, mtp, spec, gbs, family, factor):
     model = tiny_model((0,) * lead + (1,) * body, mtp=mtp)
     cluster = tiny_cluster(catalog, spec)
     for sp in _subproblems(model, cluster, _settings(gbs), family):
         if BlockBounds.applicable(sp):
-            _check_bounds(sp, _depth_optima(sp), factor)
+            _check_bounds(sp, depth_optima(sp), factor)
 
 
 def test_block_bounds_are_tight_on_a_dense_prefix_case(catalog):
@@ -77,7 +78,7 @@ def test_block_bounds_are_tight_on_a_dense_prefix_case(catalog):
     assert subs
     closed = 0
     for sp in subs:
-        optima = _depth_optima(sp)
+        optima = depth_optima(sp)
         closed += _check_bounds(sp, optima, 1 + 1e-9)
         if 1 in optima:
             assert BlockBounds(sp).depth_bounds()[1] == pytest.approx(optima[1][0], rel=1e-12)

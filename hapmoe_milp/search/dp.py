@@ -15,7 +15,7 @@ A sub-problem is one family group of one instance (megatron: one mesh and recomp
 one virtual-stage count and depth; hetero: one CP / EP-on setting). Megatron sub-problems are searched
 cheapest-bound first and skipped, unpriced, once their bound reaches the best plan; the first batch gives
 an incumbent within milliseconds. The label loop is vectorised (:mod:`hapmoe_milp.search.dp_levels`);
-the pure-Python original is kept in :mod:`hapmoe_milp.search.dp_reference` for tests.
+the pure-Python original is kept in ``tests/oracles/dp_reference.py`` as the tests' oracle.
 """
 
 from __future__ import annotations

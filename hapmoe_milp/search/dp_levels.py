@@ -1,6 +1,6 @@
 """The vectorised label DP: one pass over pipeline depth, every state and label of a batch at once.
 
-Same algorithm as the reference (:mod:`hapmoe_milp.search.dp_reference`): stages are placed from the
+Same algorithm as the reference (``tests/oracles/dp_reference.py``, the tests' oracle): stages are placed from the
 last to the first; a state is (sub-problem, first layer of the placed suffix, devices used per type, type
 and size class of the stage placed last, device types seen); each state keeps the Pareto front of
 ``(sum tau, max tau, max sync)`` labels. What changes is the representation -- states and labels are
