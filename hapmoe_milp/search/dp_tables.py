@@ -39,7 +39,7 @@ class Clock:
 
 
 @dataclass(frozen=True)
-class SubProblem:
+class DPScope:
     """The scope of one DP run: an instance, the options that may share a plan (one family group, see
     :func:`hapmoe_milp.instance.group_key`), and for an interleaved instance the fixed pipeline depth.
 
@@ -84,7 +84,7 @@ class RowCache:
 class Batch:
     """Options (rows) of several sub-problems (groups) stacked into arrays, plus per-group bounds."""
 
-    subs: list[SubProblem]
+    subs: list[DPScope]
     types: tuple[str, ...]
     inv: np.ndarray  # (T,)
     node: np.ndarray  # (T,)
@@ -324,9 +324,7 @@ def kind_order(kinds_seq: Sequence[str]) -> tuple[str, ...]:
     return tuple(sorted(set(kinds_seq)))
 
 
-def build_batch(
-    subs: list[SubProblem], cache: RowCache, *, band: bool = True, clock: Clock | None = None
-) -> Batch | None:
+def build_batch(subs: list[DPScope], cache: RowCache, *, band: bool = True, clock: Clock | None = None) -> Batch | None:
     """Stack the options of ``subs`` (each sub-problem is one group of rows) into arrays.
 
     ``cache`` keeps each option's row (its coefficients, priced on first use). With ``band=False`` every
@@ -484,4 +482,4 @@ def aligned_vec(start: np.ndarray, g: np.ndarray, node: np.ndarray) -> np.ndarra
     return np.where(g <= node, inside, start % node == 0)
 
 
-__all__ = ["Batch", "Clock", "RowCache", "SubProblem", "aligned", "aligned_vec", "build_batch", "capacity_bound"]
+__all__ = ["Batch", "Clock", "DPScope", "RowCache", "aligned", "aligned_vec", "build_batch", "capacity_bound"]
