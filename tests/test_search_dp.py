@@ -415,8 +415,9 @@ def test_megatron_queue_bounds_are_valid(catalog, body, mem, pair, gbs):
 
     from hapmoe_milp.instance import group_key
     from hapmoe_milp.search import cpsat
+    from hapmoe_milp.search.depth_model import DepthModel
     from hapmoe_milp.search.dp import _MegatronQueue
-    from hapmoe_milp.search.formulation import DepthModel, SubProblem, evaluate_assignment
+    from hapmoe_milp.search.formulation import SubProblem, evaluate_assignment
 
     model = tiny_model((1,) * body)
     cluster = tiny_cluster(catalog, [(pair[0], 2, mem), (pair[1], 2, None)])

@@ -26,8 +26,9 @@ from hapmoe_milp.errors import InfeasibleError, SolverError
 from hapmoe_milp.instance import build_instances, group_keys
 from hapmoe_milp.plan import check_plan
 from hapmoe_milp.search import backends, cpsat, exact, milp
+from hapmoe_milp.search.depth_model import DepthModel
 from hapmoe_milp.search.dp import solve_dp
-from hapmoe_milp.search.formulation import DepthModel, SubProblem, assignment_of, evaluate_assignment
+from hapmoe_milp.search.formulation import SubProblem, assignment_of, evaluate_assignment
 from hapmoe_milp.space import Pruning
 from tests.conftest import tiny_cluster, tiny_model
 from tests.oracles.brute_force import depth_optima, lead_block

@@ -1,4 +1,4 @@
-"""Registry of the exact backends: each translates a :class:`~hapmoe_milp.search.formulation.DepthModel`.
+"""Registry of the exact backends: each translates a :class:`~hapmoe_milp.search.depth_model.DepthModel`.
 
 A backend is a module with ``NAME``, ``solve_model(model, *, time_limit, cutoff_hint, hint, threads,
 relative_gap, backend, **options) -> SubResult``, ``tolerance(model, result) -> float`` (seconds by which

@@ -1,6 +1,6 @@
 """Depth-wise lower bounds for plain-1F1B sub-problems at scale: stages as contiguous device-type blocks.
 
-The covering bound of a :class:`~hapmoe_milp.search.formulation.DepthModel` relaxes two things that
+The covering bound of a :class:`~hapmoe_milp.search.depth_model.DepthModel` relaxes two things that
 matter at hundreds of devices: a device type's stages may interleave with another type's (so fast
 devices sit at both ends of the pipeline, where in-flight memory is smallest), and a middle stage of a
 model with a leading block of another kind (DeepSeek's dense layers) is priced at its cheapest window,

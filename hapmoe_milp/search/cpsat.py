@@ -32,7 +32,8 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from hapmoe_milp.errors import SolverError
-from hapmoe_milp.search.formulation import DepthModel, SubResult
+from hapmoe_milp.search.depth_model import DepthModel
+from hapmoe_milp.search.formulation import SubResult
 
 log = logging.getLogger(__name__)
 

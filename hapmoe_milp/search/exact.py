@@ -51,9 +51,9 @@ from hapmoe_milp.instance import Instance, build_instances, group_keys
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.search import backends
 from hapmoe_milp.search.block_bounds import BlockBounds
+from hapmoe_milp.search.depth_model import DepthModel
 from hapmoe_milp.search.formulation import (
     Assignment,
-    DepthModel,
     SubProblem,
     SubResult,
     assignment_of,
