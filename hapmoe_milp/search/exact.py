@@ -105,7 +105,7 @@ class _Search:
     """State of one exact solve: nodes, incumbent, counters."""
 
     def __init__(
-        self, solver: str, mod: Any, deadline: float | None, progress: Progress | None, block: bool = False
+        self, solver: str, mod: backends.Backend, deadline: float | None, progress: Progress | None, block: bool = False
     ) -> None:
         self.solver = solver
         self.block = block
