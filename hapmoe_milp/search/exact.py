@@ -406,7 +406,36 @@ def _solve_exact(
         keys = group_keys(inst)
         parts = [[k] for k in keys] if (split or "group") == "group" else [keys]
         subs.extend(subproblems(inst, parts, shared))
-    hint_plan = hint.plan if isinstance(hint, Solution) else hint
+    warm = _push_roots(search, subs, hint.plan if isinstance(hint, Solution) else hint)
+    solve_kw = {"threads": threads, "relative_gap": relative_gap, "backend": backend, **options}
+    search.run(solve_kw)
+    search.emit(force=True)
+    stats: dict[str, Any] = {
+        "instances": len(insts),
+        "subproblems": len(subs),
+        **search.counts,
+        "unmodelled": len(search.unmodelled),
+        "relaxed_open": len(search.relaxed),
+        "max_arcs": search.max_arcs,
+        "pruning": pr.to_dict(),
+        "max_vpp": pr.max_vpp,  # the space searched: plain and interleaved plans up to this many chunks
+        "warm_start": warm,
+        **mod.describe_scaling(options),
+    }
+    if block:
+        stats["block_bounds_s"] = search.block_s
+    msgs = (
+        f"{solver}: no plan of this space beats {upper_bound:.6g} s",
+        f"{solver} found no plan within the time limit ({time_limit} s)",
+    )
+    return _result(
+        search, stats, counter, upper_bound, time.perf_counter() - t0, msgs, (model, cluster, settings, fams)
+    )
+
+
+def _push_roots(search: _Search, subs: list[SubProblem], hint_plan: Plan | None) -> bool:
+    """One node per sub-problem at its root bound; the hint plan (if it is in one of them and fits)
+    becomes the incumbent and that node's hint. True if the hint was used (a warm start)."""
     warm = False
     roots = []
     for sp in subs:
@@ -422,43 +451,40 @@ def _solve_exact(
                         search.best_val, search.best_plan = val, plan_of(sp, a)
         roots.append(node)
     if hint_plan is not None and not warm:
-        log.info("warm start: the hint plan is not in the %s space; solving without it", solver)
+        log.info("warm start: the hint plan is not in the %s space; solving without it", search.solver)
     for node in roots:
         search.push(node)
-    solve_kw = {"threads": threads, "relative_gap": relative_gap, "backend": backend, **options}
-    search.run(solve_kw)
-    search.emit(force=True)
-    wall = time.perf_counter() - t0
+    return warm
+
+
+def _result(
+    search: _Search,
+    stats: dict[str, Any],
+    counter: PruneCounter,
+    upper_bound: float,
+    wall: float,
+    msgs: tuple[str, str],
+    problem: tuple[ModelSpec, ClusterSpec, Settings, list[str]],
+) -> Solution:
+    """The search's answer: its best plan and global bound, or why there is none (nothing below the upper
+    bound, infeasible -- with the DP's diagnosis -- or out of time)."""
+    solver = search.solver
     open_nodes = [n for n in search.nodes if not n.closed]
     complete = not open_nodes
     bound = search.global_bound()
-    stats: dict[str, Any] = {
-        "instances": len(insts),
-        "subproblems": len(subs),
-        **search.counts,
-        "open": len(open_nodes),
-        "unmodelled": len(search.unmodelled),
-        "relaxed_open": len(search.relaxed),
-        "max_arcs": search.max_arcs,
-        "pruning": pr.to_dict(),
-        "max_vpp": pr.max_vpp,  # the space searched: plain and interleaved plans up to this many chunks
-        "warm_start": warm,
-    }
-    stats.update(mod.describe_scaling(options))
+    stats["open"] = len(open_nodes)
     if search.tolerance_s:
         stats["tolerance_s"] = search.tolerance_s  # worst-case scaling error of a returned "optimal" plan
     if search.resolution_s:
         stats["time_resolution_s"] = search.resolution_s
-    if block:
-        stats["block_bounds_s"] = search.block_s
     if search.best_plan is None:
         status = "infeasible" if complete else "timeout"
         if complete and math.isfinite(upper_bound):
-            msg = f"{solver}: no plan of this space beats {upper_bound:.6g} s"
+            msg = msgs[0]
         elif complete:
-            msg = _infeasible_message(model, cluster, settings, fams)
+            msg = _infeasible_message(*problem)
         else:
-            msg = f"{solver} found no plan within the time limit ({time_limit} s)"
+            msg = msgs[1]
         return Solution(
             solver,
             status,  # type: ignore[arg-type]
