@@ -77,7 +77,16 @@ def _f(x: float | None, spec: str) -> str:
 
 
 def render(rows: list[dict[str, Any]]) -> str:
-    head = ["model", "cluster", "status", "plan s/iter", "bound s", "gap", "proved by", "DP s/iter"]
+    head = [
+        "model",
+        "cluster",
+        "status",
+        "plan s/iter",
+        "bound s",
+        "gap",
+        "proved by (or: who bounded what)",
+        "DP s/iter",
+    ]
     head += ["DP above the bound", "wall s", "CPU s", "load before", "plan"]
     body = []
     for r in rows:
@@ -89,7 +98,7 @@ def render(rows: list[dict[str, Any]]) -> str:
                 _f(r["objective_s"], ".4f"),
                 _f(r["bound_s"], ".4f"),
                 "—" if r["gap"] is None else f"{r['gap']:.2%}",
-                r["proved_by"] or "—",
+                r["proved_by"] or "; ".join(f"{f}: {p['method']} {p['status']}" for f, p in r["proof"].items()) or "—",
                 _f(r["dp_objective_s"], ".4f"),
                 "—" if r["dp_gap_to_bound"] is None else f"{r['dp_gap_to_bound']:.2%}",
                 _f(r["wall_s"], ".1f"),

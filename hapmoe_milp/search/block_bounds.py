@@ -4,8 +4,9 @@ The covering bound of a :class:`~hapmoe_milp.search.depth_model.DepthModel` rela
 matter at hundreds of devices: a device type's stages may interleave with another type's (so fast
 devices sit at both ends of the pipeline, where in-flight memory is smallest), and a middle stage of a
 model with a leading block of another kind (DeepSeek's dense layers) is priced at its cheapest window,
-so several stages each claim the cheap layers. Both widen the gap to 10-20% on DeepSeek-V3 at 256
-devices. This module keeps both exact and still runs in milliseconds per depth:
+so several stages each claim the cheap layers. Both leave it 10-20% below the optimum of a depth on
+DeepSeek-V3 at 256 devices, and a depth model takes a second to build there. This module keeps both
+exact, bounds every depth of a sub-problem in a few passes, and is what closes the gap at scale:
 
 - *Items.* Every stage a plan of the sub-problem can have is an item ``(option, layer range)`` priced
   exactly as ``Instance.evaluate`` prices it (:meth:`SubProblem.range_values`): the first stage holds
@@ -14,31 +15,41 @@ devices. This module keeps both exact and still runs in milliseconds per depth:
   interchangeable), the window ``[a, a + n)``. An item records its device type, size, the lead-kind
   layers ``l`` it holds, its layer count, its time plus the cheapest p2p it can pay (``eff``), its exposed
   sync, and the deepest position from the end at which its memory fits (``kmax``: plain in-flight counts
-  ``min(M, k)`` only grow towards the front).
+  ``min(M, k)`` only grow towards the front). Per (type, size, ``l``, layer count) only the items on the
+  front of low ``eff`` and high ``kmax`` are kept (for the sync bound, of low sync and high ``kmax``):
+  the others are never the best at any threshold and position.
 - *Blocks.* A hetero plan of two device types is a back block of one type (positions ``1..s`` from the
   end, the last stage first) and a front block of the other (positions ``s+1..P``, the first stage on
-  top); one type is one block. Devices are then counted per type separately (a 1-D grid per type, in
-  units of the gcd of the sizes that fit), and the lead-kind layers held are counted exactly (every plan
-  holds each of the ``a`` of them once).
+  top); one type is one block. Devices are counted per type (a 1-D grid per type, in units of the gcd of
+  the sizes that fit; a usage fits the inventory exactly when its units fit the inventory's units), so
+  once the back block is finished its devices no longer matter: one pass from the last stage up carries,
+  per type, a back block and a front block above the other type's best finished back block, and a first
+  stage closes either at every position -- every depth at once. The lead-kind layers held are counted
+  exactly (every plan holds each of the ``a`` of them once).
 - *Bottleneck.* ``cover_P(T)``: can ``P`` such stages, each of ``eff <= T``, hold ``N`` layers? A max-plus
-  DP over blocks; true for every ``T >= tau_max`` of a plan of depth ``P``, so the smallest candidate
-  ``T`` with ``cover_P(T)`` bounds ``tau_max`` (bisection).
+  pass over blocks; true for every ``T >= tau_max`` of a plan of depth ``P``. Thresholds are candidate
+  ``eff`` values, evaluated in batches (all depths per pass); a depth's ``tau_max`` is at least the
+  smallest candidate above the largest threshold at which it does not cover (valid after any number of
+  rounds). Likewise with each stage's sync in place of ``eff``: a lower bound on ``sigma``.
 - *Sum.* For any ``lam``, ``sum tau >= lam N + min sum(eff - lam n)`` over the same blocks with every
-  ``eff <= T`` (a min-plus DP; the layer count is dualised, devices, lead layers and positions stay):
-  ``S_P(T)``, a lower bound on ``sum tau`` of every depth-``P`` plan with ``tau_max <= T``.
+  ``eff <= T`` (a min-plus pass; the layer count is dualised, devices, lead layers and positions stay):
+  ``S_P(T)``, a lower bound on ``sum tau`` of every depth-``P`` plan with ``tau_max <= T``; without the
+  limit, a floor for every plan of the depth. Large multipliers price a stage that is not full at nearly
+  its whole time, which is what makes the bound tight where the bottleneck bound is.
 - *Depth bound.* A plan with ``tau_max`` in ``[T_i, T_{i+1})`` costs at least
   ``beta T_i + alpha S_P(T_{i+1}) + sigma_lo`` (``S_P`` does not increase with ``T``); intervals from the
   bottleneck bound to ``T_hi``, above which ``beta T + alpha S_floor + sigma_lo`` reaches the cutoff,
-  cover every plan that could beat it. ``sigma_lo`` is the least sync of a last and of a first stage.
-  A depth with one stage is enumerated exactly.
+  cover every plan that could beat it (a depth with nothing below ``T_hi`` is closed without more).
+  ``sigma_lo`` is the least sync of a last and of a first stage, or the sync bottleneck. A depth with
+  one stage is enumerated exactly.
 
 Relaxed on purpose (each only admits more): the boundary's p2p is the cheapest of the option's link
 classes, node alignment and the one-size-per-type rule are ignored, windows are combined regardless of
-overlap within the lead block, and the covering asks for at least ``N`` layers. Applies to plain (not
-interleaved) sub-problems with at most two device types (hetero: contiguous blocks; one type: any
-family) whose layers are a leading block of one kind, a body of another and at most one MTP layer
-(:meth:`BlockBounds.applicable`). tests/test_search_exact.py checks every depth bound against
-brute-force depth optima.
+overlap within the lead block, the covering asks for at least ``N`` layers, and times and memory get a
+relative slack of :data:`SLACK`. Applies to plain (not interleaved) sub-problems with at most two device
+types (hetero: contiguous blocks; one type: any family) whose layers are a leading block of one kind, a
+body of another and at most one MTP layer (:meth:`BlockBounds.applicable`).
+tests/test_search_block_bounds.py checks every depth bound against brute-force depth optima.
 """
 
 from __future__ import annotations

@@ -81,20 +81,25 @@ class _Run:
     batches: int = 0
     last_report: float = -1.0
     phase: str = "build"  # "build" (queueing instances), "dp" (searching), "refine" (band-free pass)
+    reported: dict[str, int] = field(default_factory=dict)  # most units reported done per phase
 
     def out_of_time(self) -> bool:
         return self.clock.passed()
 
     def report(self, phase: str, done: int, total: int, force: bool = False) -> None:
         """A progress event: ``done`` of ``total`` units of the phase (instances queued, sub-problems
-        searched), at most every 0.2 s unless forced."""
+        searched), at most every 0.2 s unless forced. A phase's ``done`` never goes back, though its units
+        restart (the megatron queue's sub-problems, then the hetero batch): it is what a bar shows."""
         if self.progress is None or total < 1:
             return
         now = time.perf_counter()
         if not force and now - self.last_report < 0.2:
             return  # a few events per second at most
         self.last_report = now
-        self.progress(ProgressEvent(phase, done, total, self.best.value, now - self.t0, self.limit))
+        done = max(done, self.reported.get(phase, 0))
+        self.reported[phase] = done
+        event = ProgressEvent(phase, done, max(total, done), self.best.value, now - self.t0, self.limit)
+        self.progress(event)
 
 
 class _MegatronQueue:

@@ -533,7 +533,12 @@ class _Certificate:
             self.best = sol
 
     def prove(self, fam: str, method: str, sol: Solution, bound: float) -> None:
+        """Record what ``method`` established for family ``fam``: a proof when ``sol`` completed (optimal,
+        or nothing below the bound), else only a valid bound."""
         self.proof[fam] = {"method": method, "status": sol.status, "bound_s": bound, "wall_s": sol.wall_s}
+
+    def proved(self, fam: str) -> bool:
+        return self.proof.get(fam, {}).get("status") in ("optimal", "infeasible")
 
 
 def _solve_auto(
@@ -617,11 +622,8 @@ def _solve_auto(
         cert.offer(ex)
         if ex.status == "infeasible" and cert.best.plan is None:
             return replace(ex, solver="auto", wall_s=time.perf_counter() - t0, stats={**ex.stats, **cert.stats})
-        if ex.status in ("optimal", "infeasible"):
-            for fam in _families(todo):
-                cert.prove(fam, exact_solver, ex, ex.bound_s)
-        else:
-            cert.stats["exact_bound_s"] = ex.bound_s
+        for fam in _families(todo):  # a proof, or (time out) a bound the unpruned DP may still beat
+            cert.prove(fam, exact_solver, ex, ex.bound_s)
     else:
         cert.stats["exact"] = "no time left"
     return _finish_auto(model, cluster, settings, cert, todo, off, t0, pr, cm)
@@ -642,7 +644,7 @@ def _finish_auto(
     from hapmoe_milp.search.dp import solve_dp
 
     fams = _families(todo)
-    if any(f not in cert.proof for f in fams) and cert.time_for(1.0):
+    if not all(cert.proved(f) for f in fams) and cert.time_for(1.0):
         # the unpruned DP is exact over the instance: when it finishes, its optimum is the proof
         dx = solve_dp(
             model, cluster, settings, family=todo, pruning=off, time_limit=cert.left(), name="dp-exact", cost_model=cm
@@ -655,10 +657,10 @@ def _finish_auto(
             for fam in fams:
                 cert.prove(fam, "dp-exact", dx, dx.objective_s)
     all_fams = _families("both") if set(cert.proof) - set(fams) else fams
-    proved = all(f in cert.proof for f in all_fams)
-    methods = sorted({p["method"] for p in cert.proof.values()})
+    proved = all(cert.proved(f) for f in all_fams)
+    methods = sorted({cert.proof[f]["method"] for f in all_fams})
     stats = dict(cert.stats)
-    if len(cert.proof) > 1 and proved and len(methods) > 1:
+    if proved and len(methods) > 1:
         stats["proved_by"] = " + ".join(f"{cert.proof[f]['method']} ({f})" for f in all_fams)
     else:
         stats["proved_by"] = methods[0] if proved else None
@@ -666,9 +668,7 @@ def _finish_auto(
     stats["max_vpp"] = pr.max_vpp  # the space the certificate is about
     best, dp = cert.best, cert.dp
     wall = time.perf_counter() - t0
-    bounds = [cert.proof[f]["bound_s"] for f in all_fams if f in cert.proof]
-    if not proved:
-        bounds.append(stats.get("exact_bound_s", math.nan))
+    bounds = [cert.proof[f]["bound_s"] if f in cert.proof else math.nan for f in all_fams]
     bound = min(bounds) if bounds and all(b == b for b in bounds) else math.nan
     if best.plan is None:
         return replace(best, solver="auto", status="timeout", bound_s=bound, wall_s=wall, stats={**best.stats, **stats})
