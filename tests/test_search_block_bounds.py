@@ -167,3 +167,25 @@ def test_scale_path_matches_the_unpruned_dp(catalog, pattern, mtp, spec, gbs):
     assert auto.objective_s == pytest.approx(ref.objective_s, rel=1e-6)
     assert auto.bound_s <= ref.objective_s * (1 + 1e-9)
     _check_plan_objective(auto, model, cluster, st_)
+
+
+def test_auto_without_time_for_the_exact_stage_still_answers(catalog, monkeypatch):
+    """When the stages after the pruned DP get no time (here: the unpruned megatron DP stops at once and
+    nothing else runs), ``auto`` returns the DP's plan, no proof and no invented bound."""
+    import hapmoe_milp.search.dp as dp_mod
+
+    real = dp_mod.solve_dp
+
+    def stopped(*args, **kw):
+        sol = real(*args, **kw)
+        if kw.get("name") == "dp-exact":
+            return sol.__class__(sol.solver, "timeout", None, math.inf, math.nan, 0.0)
+        return sol
+
+    monkeypatch.setattr(dp_mod, "solve_dp", stopped)
+    monkeypatch.setattr(exact._Certificate, "time_for", lambda self, need: False)
+    model = tiny_model((0, 1, 1, 1), mtp=1)
+    cluster = tiny_cluster(catalog, [("h800", 2, 2.6), ("910b", 2, None)])
+    auto = exact.solve(model, cluster, _settings(4), solver="auto", time_limit=60, split_families=True)
+    assert auto.plan is not None and auto.status == "feasible"
+    assert auto.stats["proved_by"] is None and auto.bound_s != auto.bound_s  # nan: nothing bounded it

@@ -658,7 +658,7 @@ def _finish_auto(
                 cert.prove(fam, "dp-exact", dx, dx.objective_s)
     all_fams = _families("both") if set(cert.proof) - set(fams) else fams
     proved = all(cert.proved(f) for f in all_fams)
-    methods = sorted({cert.proof[f]["method"] for f in all_fams})
+    methods = sorted({cert.proof[f]["method"] for f in all_fams if f in cert.proof})
     stats = dict(cert.stats)
     if proved and len(methods) > 1:
         stats["proved_by"] = " + ".join(f"{cert.proof[f]['method']} ({f})" for f in all_fams)
