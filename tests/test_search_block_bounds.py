@@ -46,6 +46,9 @@ def _check_bounds(sp, optima: dict, factor: float) -> int:
             if P in optima and optima[P][0] < cutoff:
                 assert lb <= optima[P][0] * (1 + 1e-9), (P, lb, optima[P][0], cutoff)
             closed += lb >= cutoff
+        for P, lb in bb.depth_bounds(cutoff, deadline=0.0).items():  # out of time: fewer, weaker, still valid
+            if P in optima and optima[P][0] < cutoff:
+                assert lb <= optima[P][0] * (1 + 1e-9)
     return closed
 
 

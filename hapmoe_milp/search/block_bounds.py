@@ -55,6 +55,7 @@ tests/test_search_block_bounds.py checks every depth bound against brute-force d
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -109,6 +110,7 @@ class BlockBounds:
         self.L = self.lead + 1
         self.ok = self.applicable(sub)
         self.passes = 0
+        self.deadline: float | None = None
         if not self.ok:
             return
         self.types = sorted({int(j) for j in sub.tix.tolist()})
@@ -350,6 +352,8 @@ class BlockBounds:
         hi_v = {P: math.inf for P in hi}  # smallest value known to cover
         top = {P: cands[cands <= h * (1 + SLACK)] for P, h in hi.items()}
         for _ in range(ROUNDS):
+            if self._late():
+                break  # what the rounds so far proved stands (none: the smallest candidate)
             want: set[float] = set()
             for P, c in top.items():
                 if not len(c):
@@ -399,9 +403,15 @@ class BlockBounds:
         lams = float(per.min()) * 2.0 ** np.arange(FLOOR_SPAN)
         return np.maximum(0.0, self._lagrangian(np.asarray([float(self.cands[-1])]), Pmax, lams)[0])
 
-    def depth_bounds(self, cutoff: float = math.inf) -> dict[int, float]:
+    def _late(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
+    def depth_bounds(self, cutoff: float = math.inf, deadline: float | None = None) -> dict[int, float]:
         """A lower bound per depth on every plan of the sub-problem that costs less than ``cutoff``
-        (``cutoff`` itself where none can); see the module doc for the steps."""
+        (``cutoff`` itself where none can); see the module doc for the steps. Past ``deadline``
+        (``perf_counter``) the steps left are skipped: the bounds so far stand (still valid, only weaker),
+        and depths not reached yet are left out."""
+        self.deadline = deadline
         depths = list(self.sub.depths)
         out = {P: min(cutoff, self.single) for P in depths if P == 1}
         depths = [P for P in depths if P >= 2]
@@ -410,6 +420,8 @@ class BlockBounds:
         Pmax = max(depths)
         top = float(self.cands[-1])
         floor = self._floor(Pmax)
+        if self._late():
+            return dict(sorted(out.items()))
         sigma = {P: max(self.sync_last, float(self.sync_first[min(P, self.K + 1)])) for P in depths}
         t_hi = {}
         for P in depths:
@@ -428,8 +440,8 @@ class BlockBounds:
         if not live:
             return dict(sorted(out.items()))
         Pmax = max(live)
-        if self.beta <= 0:
-            lb = {P: self.alpha * floor[P] for P in live}
+        if self.beta <= 0 or self._late():  # (out of time: the bottleneck and the floor alone)
+            lb = {P: self.beta * t + self.alpha * floor[P] for P, t in live.items()}
         else:
             # tau_max in [p_i, p_i+1): at least beta p_i + alpha S(p_i+1), on one grid for every depth
             # (a depth's last point is the first grid point at or above its t_hi: S there is no larger)
@@ -448,7 +460,7 @@ class BlockBounds:
                 pts = [t, *(grid[i] for i in inner)]
                 lb[P] = min(self.beta * p + self.alpha * float(S[i, P]) for p, i in zip(pts, [*inner, last]))
         need = {P: t_hi[P] for P in live if lb[P] + sigma[P] < cutoff}
-        if need:  # the sync bottleneck (a few more passes) only for depths still open
+        if need and not self._late():  # the sync bottleneck (a few more passes) only for depths still open
             sync_cands = np.unique(np.concatenate([it.sync for it in self.items_sync.values()]))
             ys = self._bottlenecks(sync_cands, dict.fromkeys(need, float(sync_cands[-1])), "sync")
             for P, y in ys.items():

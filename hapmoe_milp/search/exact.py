@@ -228,9 +228,9 @@ class _Search:
         node.closed = True
         node.how = "split"
         lbs: dict[int, float] = {}
-        if self.block and BlockBounds.applicable(node.sub):
+        if self.block and BlockBounds.applicable(node.sub) and self.left() > MIN_SLICE_S:
             t0 = time.perf_counter()
-            lbs = BlockBounds(node.sub).depth_bounds(self.best_val)
+            lbs = BlockBounds(node.sub).depth_bounds(self.best_val, self.deadline)
             self.block_s += time.perf_counter() - t0
         for P in node.sub.depths:
             hint = node.hint if node.hint is not None and len(node.hint) == P else None
