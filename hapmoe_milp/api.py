@@ -11,7 +11,15 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from hapmoe_milp.config import Settings, check_choice, check_time_limit
+from hapmoe_milp.config import (
+    DEFAULT_TIME_LIMIT,
+    EXACT_SOLVERS,
+    SOLVERS,
+    Settings,
+    check_choice,
+    check_time_limit,
+    make_settings,
+)
 from hapmoe_milp.cost.estimate import Estimate, estimate
 from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.errors import HapmoeError, InfeasibleError, SettingsError, SolverError
@@ -25,12 +33,8 @@ from hapmoe_milp.specs.model_doc import validate_model
 
 log = logging.getLogger(__name__)
 
-SOLVERS = ("dp", "cpsat", "milp", "auto")
 FAMILY_CHOICES = ("both", "megatron", "hetero")
 OFFLOAD_CHOICES = ("auto", True, False)
-# Search time is a product feature: unless told otherwise, stop after a minute and return the best plan
-# found (status "timeout" with its certificate) rather than keep the user waiting.
-DEFAULT_TIME_LIMIT = 60.0
 # Export targets and the plan family each can run: upstream Megatron one mesh shape for every stage;
 # FlagScale's heterogeneous meshes (the hetero family is built to FlagScale's rules: no CP, no VPP, ...).
 TARGET_FAMILY = {"megatron": "megatron", "flagscale": "hetero"}
@@ -60,22 +64,6 @@ def resolve(
             f"must be a cluster name, path or ClusterSpec, got {type(cluster).__name__}", field="cluster"
         )
     return m, c
-
-
-def make_settings(model: ModelSpec, base: Settings | None = None, **kw: Any) -> Settings:
-    """Settings with the model entry's defaults (sequence, global batch, dispatcher) where not given."""
-    d = model.defaults
-    s = base or Settings(
-        seq_length=d.seq_length,
-        global_batch_size=d.global_batch_size,
-        micro_batch_size=d.micro_batch_size,
-        dispatcher=d.moe_token_dispatcher_type,
-    )
-    clean = {k: v for k, v in kw.items() if v is not None}
-    unknown = sorted(set(clean) - set(Settings.__dataclass_fields__))
-    if unknown:
-        raise SettingsError("unknown setting", field=unknown[0])
-    return replace(s, **clean) if clean else s
 
 
 def finalize(sol: Solution, model: ModelSpec, cluster: ClusterSpec, settings: Settings) -> Solution:
@@ -174,6 +162,31 @@ def solve(
     raise diagnose(m, c, tries[-1], families(fam))
 
 
+def explain(sol: Solution) -> dict[str, Any]:
+    """Why the plan is fast or slow: the stage that sets the 1F1B rate, the layers each device type holds,
+    and the runner-up plan with its distance (``solve --explain``)."""
+    plan = sol.plan
+    assert plan is not None
+    pred = plan.predicted
+    st = max(pred["stages"], key=lambda s: s["stage_time_s"])
+    out: dict[str, Any] = {
+        "bottleneck_stage": st["index"],
+        "bottleneck_device": st["device"],
+        "family": plan.family,
+        "why": (
+            f"{pred['stages'][0]['micro_batch']}-sample micro-batches x {plan.num_microbatches} per iteration; "
+            f"the slowest stage takes {1e3 * st['stage_time_s']:.1f} ms per micro-batch and sets the 1F1B rate"
+        ),
+        "layers_per_device": {s["device"]: round(s["layers"] / s["devices"], 3) for s in pred["stages"]},
+    }
+    if sol.runner_up is not None and sol.runner_up_s is not None:
+        out["runner_up"] = (
+            f"{sol.runner_up.label()} at {sol.runner_up_s:.4f} s "
+            f"(+{100 * (sol.runner_up_s / sol.objective_s - 1):.2f}%)"
+        )
+    return out
+
+
 def timeout_hint(sol: Solution, limit: float | None) -> str:
     """What to say when a search stopped at its time limit with a plan that may not be the best."""
     lim = limit if limit is not None else DEFAULT_TIME_LIMIT
@@ -232,7 +245,7 @@ def _run_solver(
         return solve_dp(
             m, c, st, family=family, pruning=pruning, time_limit=time_limit, progress=progress, cost_model=cm
         )
-    if solver in ("cpsat", "milp", "auto"):
+    if solver in EXACT_SOLVERS:
         try:
             from hapmoe_milp.search import exact
         except ImportError as exc:  # pragma: no cover - until the exact solvers land
@@ -272,6 +285,7 @@ __all__ = [
     "DEFAULT_TIME_LIMIT",
     "HapmoeError",
     "estimate_plan",
+    "explain",
     "families_for",
     "idle_warning",
     "make_settings",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from hapmoe_milp.errors import SettingsError
 from hapmoe_milp.limits import MAX_BATCH, MAX_DEVICES, MAX_IMBALANCE, MAX_SEQ_LENGTH, MAX_TIME_LIMIT_S
@@ -24,7 +24,21 @@ Recompute = Literal["none", "selective", "full"]
 Family = Literal["megatron", "hetero"]
 FAMILIES: tuple[str, ...] = ("megatron", "hetero")
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
+#: Megatron's --fp8-recipe values the planner prices and exports: per-tensor scaling computed each step
+#: (tensorwise), 1x128/128x128 blocks (blockwise, Hopper DeepSeek-style), 32-element MX blocks (mxfp8,
+#: Blackwell). Delayed scaling is left out: Megatron rejects it with the selective recompute we export.
+FP8_RECIPES: tuple[str, ...] = ("tensorwise", "blockwise", "mxfp8")
 DISPATCHERS: tuple[str, ...] = ("allgather", "alltoall", "flex")
+#: The searches a user can ask for by name: the pruned DP, and the exact backends (``auto`` lets the
+#: exact front end pick and chain them). Written once; the API, presets, sweeps and the CLI check against it.
+EXACT_SOLVERS: tuple[str, ...] = ("cpsat", "milp", "auto")
+SOLVERS: tuple[str, ...] = ("dp", *EXACT_SOLVERS)
+#: Optimizer offload as every front end spells it: ``auto`` (offload only if nothing fits otherwise), ``on``
+#: or ``off``; :func:`offload_choice` turns it into what ``api.solve`` takes (``"auto"``, True, False).
+OFFLOAD_WORDS: tuple[str, ...] = ("auto", "on", "off")
+# Search time is a product feature: unless told otherwise, stop after a minute and return the best plan
+# found (status "timeout" with its certificate) rather than keep the user waiting.
+DEFAULT_TIME_LIMIT = 60.0
 
 
 # ---------------------------------------------------------------------- value checks (one place)
@@ -88,6 +102,12 @@ def check_bool(name: str, v: Any) -> bool:
     return v
 
 
+def offload_choice(v: Any, choices: tuple[str, ...] = OFFLOAD_WORDS) -> bool | Literal["auto"]:
+    """``auto``/``on``/``off`` (a subset where ``auto`` means nothing, e.g. one fixed plan) -> "auto"/True/False."""
+    word = check_choice("optimizer_offload", v, choices)
+    return "auto" if word == "auto" else word == "on"
+
+
 def check_time_limit(v: Any, name: str = "time_limit") -> float:
     """A solver time limit: positive and finite (0 is not 'no limit'; leave it unset for the default)."""
     return check_float(name, v, 0.0, MAX_TIME_LIMIT_S, lo_open=True, what="a number of seconds")
@@ -136,6 +156,7 @@ class Settings:
     global_batch_size: int = 256
     micro_batch_size: int = 1
     precision: Literal["bf16", "fp8"] = "bf16"
+    fp8_recipe: str = "tensorwise"
     imbalance: float = 1.0
     dispatcher: str = "alltoall"
     distributed_optimizer: bool = True
@@ -168,6 +189,7 @@ def _checked(s: Settings) -> dict[str, Any]:
         "global_batch_size": check_int("global_batch_size", s.global_batch_size, 1, MAX_BATCH),
         "micro_batch_size": check_int("micro_batch_size", s.micro_batch_size, 1, MAX_BATCH),
         "precision": check_choice("precision", s.precision, PRECISIONS),
+        "fp8_recipe": check_choice("fp8_recipe", s.fp8_recipe, FP8_RECIPES),
         "imbalance": check_float("imbalance", s.imbalance, 1.0, MAX_IMBALANCE),
         "dispatcher": check_choice("dispatcher", s.dispatcher, DISPATCHERS),
         "memory_headroom": check_float("memory_headroom", s.memory_headroom, 0.0, 0.9),
@@ -196,3 +218,37 @@ def settings_from_dict(d: dict[str, Any], base: Settings | None = None) -> Setti
     if unknown:
         raise SettingsError(f"unknown setting; known: {', '.join(SETTINGS_FIELDS)}", field=unknown[0])
     return replace(base or Settings(), **d)
+
+
+class ModelDefaults(Protocol):
+    """What :func:`make_settings` reads of a model entry's ``defaults`` (``specs.model.TrainingDefaults``); a
+    protocol, because the specs layer sits above this module and imports it."""
+
+    seq_length: int
+    global_batch_size: int
+    micro_batch_size: int
+    moe_token_dispatcher_type: str
+
+
+class HasDefaults(Protocol):
+    @property
+    def defaults(self) -> ModelDefaults: ...
+
+
+def make_settings(model: HasDefaults, base: Settings | None = None, **kw: Any) -> Settings:
+    """Settings with the model entry's defaults (sequence, global batch, dispatcher) where not given.
+
+    ``kw`` are Settings fields; None means "not given" (so front ends can pass their optional flags as they
+    are), an unknown name raises naming it."""
+    d = model.defaults
+    s = base or Settings(
+        seq_length=d.seq_length,
+        global_batch_size=d.global_batch_size,
+        micro_batch_size=d.micro_batch_size,
+        dispatcher=d.moe_token_dispatcher_type,
+    )
+    clean = {k: v for k, v in kw.items() if v is not None}
+    unknown = sorted(set(clean) - set(Settings.__dataclass_fields__))
+    if unknown:
+        raise SettingsError("unknown setting", field=unknown[0])
+    return replace(s, **clean) if clean else s

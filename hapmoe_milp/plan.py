@@ -70,6 +70,13 @@ class Stage:
     def num_layers(self) -> int:
         return self.layer_end - self.layer_start
 
+    def label(self) -> str:
+        """One stage in a few characters: ``h800x8[TP/CP/DP/EP/ETP] sel:12`` (device x count, mesh,
+        recompute when not none, layers). Every report that names a stage uses this spelling."""
+        c = self.cfg
+        rec = {"none": "", "selective": " sel", "full": " full"}[self.recompute]
+        return f"{self.device}x{self.devices}[{c.tp}/{c.cp}/{c.dp}/{c.ep}/{c.etp}]{rec}:{self.num_layers}"
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -246,6 +253,34 @@ class Plan:
             for s, off in zip(self.stages, self.slot_offsets(cluster), strict=True)
         ]
 
+    def label(self) -> str:
+        """One line: family (and VPP when interleaved), then the stages' :meth:`Stage.label` joined by
+        `` | `` -- what tables and logs print for a plan (bench/RESULTS.md quotes it)."""
+        v = f" vpp{self.vpp}" if self.vpp > 1 else ""
+        return f"{self.family}{v} " + " | ".join(s.label() for s in self.stages)
+
+    def summary(self) -> dict[str, Any]:
+        """The layout as a small JSON-ready mapping (no specs, no predictions): what a sweep row records."""
+        return {
+            "family": self.family,
+            "pp": self.pp,
+            "vpp": self.vpp,
+            "num_microbatches": self.num_microbatches,
+            "micro_batch_size": self.micro_batch_size,
+            "global_batch_size": self.global_batch_size,
+            "seq_length": self.seq_length,
+            "stages": [
+                {
+                    "device": s.device,
+                    "devices": s.devices,
+                    "layers": [s.layer_start, s.layer_end],
+                    "config": s.cfg.label(),
+                    "recompute": s.recompute,
+                }
+                for s in self.stages
+            ],
+        }
+
     def rank_ranges(self) -> list[tuple[int, int]]:
         """Global rank range [first, last] of each stage (pipeline stage s owns consecutive ranks)."""
         out, r = [], 0
@@ -298,7 +333,7 @@ class Plan:
         """Strict JSON (no NaN or Infinity: a bound that does not exist is null)."""
         return dumps(self.to_dict(), indent=2)
 
-    def write(self, path: str | Path, *, field: str = "--out") -> Path:
+    def write(self, path: str | Path, *, field: str = "path") -> Path:
         """Write the plan file atomically (all or nothing)."""
         return write_text_atomic(path, self.to_json() + "\n", field=field)
 
@@ -564,13 +599,18 @@ def check_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, source: str =
             raise bad("vpp", "virtual pipeline stages need pipeline size > 1")
         if plan.num_microbatches % plan.pp:
             raise bad("vpp", f"interleaved 1F1B needs num_microbatches ({plan.num_microbatches}) divisible by pp")
-        thin = min(range(plan.pp), key=lambda i: plan.stages[i].num_layers)
-        if plan.stages[thin].num_layers < plan.vpp:
-            raise bad(
-                "vpp",
-                f"{plan.vpp} virtual chunks per stage, but stage {thin} holds only {plan.stages[thin].num_layers} "
-                "layer(s); every chunk needs at least one",
-            )
+        for i, s in enumerate(plan.stages):
+            # a chunk needs a layer, except the first rank's first chunk (the embedding alone, ``E|``) and the
+            # last rank's last chunk (the loss alone, ``|L``) -- unless MTP layers must share the loss chunk
+            edge = i == 0 or (i == plan.pp - 1 and "mtp" not in model.layer_kinds[s.layer_start : s.layer_end])
+            need = plan.vpp - 1 if edge else plan.vpp
+            if s.num_layers < need:
+                raise bad(
+                    "vpp",
+                    f"{plan.vpp} virtual chunks per stage, but stage {i} holds only {s.num_layers} layer(s); every "
+                    "chunk needs at least one (the first stage's first chunk may hold only the embedding, the last "
+                    "stage's last only the loss)",
+                )
     if plan.family == "megatron":
         first = plan.stages[0]
         for i, s in enumerate(plan.stages):

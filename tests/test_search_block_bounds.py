@@ -18,7 +18,7 @@ from hapmoe_milp.search import exact
 from hapmoe_milp.search.block_bounds import BlockBounds
 from hapmoe_milp.search.dp import solve_dp
 from hapmoe_milp.space import Pruning
-from tests.conftest import tiny_cluster, tiny_model
+from tests.helpers import tiny_cluster, tiny_model
 from tests.oracles.brute_force import depth_optima
 from tests.test_search_exact import _check_plan_objective, _settings, _subproblems
 

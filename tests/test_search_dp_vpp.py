@@ -65,7 +65,9 @@ def test_interleaved_plans_are_found_and_pass_the_validators(vpp_plans):
         assert p.family == "megatron"
         assert validate(p, m, c, "megatron") == []
         assert p.num_microbatches % p.pp == 0
-        assert min(p.layer_counts()) >= p.vpp
+        # a layer per chunk, except an embedding-only first chunk and a loss-only last chunk (E|...|L)
+        c = p.layer_counts()
+        assert min(c[1:-1], default=p.vpp) >= p.vpp and min(c[0], c[-1]) >= p.vpp - 1
 
 
 @pytest.mark.slow
@@ -77,7 +79,7 @@ def test_interleaved_plans_pass_the_megatron_core_oracle(vpp_plans):
     tests/test_export_oracle.py, applied to plans the search produced)."""
     pytest.importorskip("torch")
     pytest.importorskip("megatron.core")
-    from tests.test_export_oracle import test_megatron_core_accepts_export as oracle_accepts
+    from tests.megatron_oracle import check_megatron_export
 
     for m, c, p in vpp_plans:
-        oracle_accepts((f"{m.name}-{c.name}", p, m, c))
+        check_megatron_export(p, m, c)

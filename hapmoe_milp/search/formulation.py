@@ -1,14 +1,14 @@
 """The exact solvers' shared model description: one sub-problem at one pipeline depth, as arcs.
 
 Both backends (:mod:`hapmoe_milp.search.cpsat`, :mod:`hapmoe_milp.search.milp`) translate the same
-:class:`DepthModel`; neither reads an :class:`~hapmoe_milp.instance.Instance` or prices anything. This
+:class:`~hapmoe_milp.search.depth_model.DepthModel`; neither reads an :class:`~hapmoe_milp.instance.Instance` or prices anything. This
 module reads only the instance's coefficients (per-option prefix sums, edges, capacities, ``p2p``,
 ``coefficients`` and ``in_flight``) and combines them exactly as ``Instance.evaluate`` does (a test pins
 that every arc equals ``evaluate``).
 
 Decomposition. A *sub-problem* is one instance (micro-batch step and schedule: plain 1F1B or ``vpp``
 interleaved chunks) and one family group key (the rules that tie stages together,
-``instance.group_key``); a :class:`DepthModel` fixes its pipeline depth ``P`` too. Slots count from the
+``instance.group_key``); a :class:`~hapmoe_milp.search.depth_model.DepthModel` fixes its pipeline depth ``P`` too. Slots count from the
 end (slot 1 = last stage, slot ``P`` = first), so every slot's in-flight multiplier
 ``inst.in_flight(k, P)``, whether it carries the embedding (slot ``P``) or the head (slot 1), and which
 options may be first (``dp == first_dp``) are constants.
@@ -80,15 +80,12 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from hapmoe_milp.instance import Instance, Option, groups, in_group, vpp_lead
 from hapmoe_milp.plan import Plan, Stage
-
-if TYPE_CHECKING:
-    from hapmoe_milp.search.depth_model import DepthModel
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "timeout"]
 #: Per stage from first to last: (option position in the sub-problem, first layer, end layer).
@@ -106,7 +103,7 @@ def option_name(o: Option) -> str:
 
 @dataclass
 class SubResult:
-    """What a backend proved about one :class:`DepthModel` (seconds)."""
+    """What a backend proved about one :class:`~hapmoe_milp.search.depth_model.DepthModel` (seconds)."""
 
     status: SubStatus  # "infeasible": nothing at or below the cutoff
     assignment: Assignment | None
@@ -573,13 +570,6 @@ class SubProblem:
                 out[(int(ix[a]), int(s[r]), int(e[r]))] = int(ix[b])
             keep[ix] &= ~hit
         return keep
-
-    # ------------------------------------------------------------------ depth models
-    def depth_model(self, P: int, cutoff: float = math.inf) -> DepthModel:
-        """The model of depth ``P`` under ``cutoff`` (:mod:`hapmoe_milp.search.depth_model`)."""
-        from hapmoe_milp.search.depth_model import DepthModel
-
-        return DepthModel(self, P, cutoff)
 
 
 def _key_label(key: tuple) -> str:
