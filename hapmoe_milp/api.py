@@ -22,6 +22,7 @@ from hapmoe_milp.config import (
     make_settings,
 )
 from hapmoe_milp.cost.estimate import Estimate, estimate
+from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.deadline import Deadline
 from hapmoe_milp.errors import HapmoeError, InfeasibleError, SettingsError, SolverError
 from hapmoe_milp.plan import Plan, check_plan
@@ -141,13 +142,17 @@ def solve(
         tries = [replace(st, optimizer_offload=bool(optimizer_offload))]
     last: Solution | None = None
     t0 = time.perf_counter()
+    # one cost model for every try: the offload retry re-prices only weights and optimizer terms
+    cm = CostModel(m, c, tries[0])
     for s in tries:
         # one time limit for the whole solve: the optimizer-offload retry gets what the first try left
         left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
-        sol = _run_solver(m, c, s, solver, fam, pruning, left, options, progress)
+        opts = {**options, "cost_model": cm.for_settings(s)}
+        sol = _run_solver(m, c, s, solver, fam, pruning, left, opts, progress)
         if fsdp_search and s.fsdp == "none" and not s.optimizer_offload and fam in ("both", "megatron"):
             left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
             s_f = replace(s, fsdp="optim_grads_params")
+            # FSDP changes more than the offload terms a shared cost model re-prices: its own cost model
             alt = _run_solver(m, c, s_f, solver, "megatron", pruning, left, options, progress)
             if alt.plan is not None and (sol.plan is None or alt.objective_s < sol.objective_s):
                 sol, s = alt, s_f
@@ -256,7 +261,10 @@ def _run_solver(
     from hapmoe_milp.search.dp import solve_dp
 
     if solver == "dp":
-        return solve_dp(m, c, st, family=family, pruning=pruning, time_limit=time_limit, progress=progress)
+        cm = options.get("cost_model")
+        return solve_dp(
+            m, c, st, family=family, pruning=pruning, time_limit=time_limit, progress=progress, cost_model=cm
+        )
     if solver in EXACT_SOLVERS:
         try:
             from hapmoe_milp.search import exact

@@ -144,6 +144,11 @@ def solver_line(sol: Any) -> str:
     text = f"solver {sol.solver}: {sol.status}, objective {sol.objective_s:.4f} s"
     if gap == gap:
         text += f", bound {sol.bound_s:.4f} s, gap {100 * gap:.2f}%"
+    stats = getattr(sol, "stats", {}) or {}
+    if stats.get("proved_by"):
+        text += f", proved by {stats['proved_by']}"
+    if isinstance(stats.get("dp_gap_to_bound"), float):
+        text += f"; the DP's plan is {100 * stats['dp_gap_to_bound']:.2f}% above the bound"
     return text + f", {sol.wall_s:.2f} s"
 
 

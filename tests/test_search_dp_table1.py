@@ -1,7 +1,7 @@
 """The product search on HAPMoE's Table 1 scenarios is never worse than the exact optimum of the DP it
 replaced.
 
-Today's DP (the reference, :mod:`hapmoe_milp.search.dp_reference`) searches plain 1F1B plans with
+Today's DP (the reference, ``tests/oracles/dp_reference.py``) searches plain 1F1B plans with
 pruning, so its answer can be no better than the optimum of the unpruned plain-1F1B space. That optimum
 is computed here at test time (``Pruning.off()``, ``max_vpp=1``; exact, as tests/test_search_dp.py checks
 against brute force), on the same cost model, with the optimizer-offload setting ``solve`` ends up with

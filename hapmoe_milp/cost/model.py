@@ -12,7 +12,7 @@ for MoE) element-wise work and stored activations are further split by TP.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -108,6 +108,11 @@ def link_for_span(span: int, node_size: int) -> str:
     return "intra" if span <= node_size else "inter"
 
 
+#: Memo tags of the priced things whose state terms (weights, optimizer) depend on optimizer offload:
+#: layers, the first stage's embedding and the last stage's head (:meth:`CostModel.for_settings`).
+_STATE_TAGS = ("L", "E", "H")
+
+
 class CostModel:
     """Prices layers for one (model, cluster, settings); memoised per option."""
 
@@ -121,16 +126,48 @@ class CostModel:
         self.settings = settings
         self.ep_comm_visible = ep_comm_visible
         self._memo: dict[tuple[Any, ...], Any] = {}
+        self._shared: dict[tuple[Any, ...], Any] | None = None  # another offload setting's memo (for_settings)
+
+    def for_settings(self, settings: Settings) -> CostModel:
+        """This cost model for ``settings`` that differ from its own only in optimizer offload (the retry
+        of a search that found nothing fitting). Offload changes only the weights and optimizer terms of a
+        layer or an edge (:meth:`state_and_sync`); everything else -- times, activations, working sets,
+        p2p -- reads settings offload leaves alone. So layers either model priced are re-priced by the
+        other only in those two terms, and the retry does not price every option again."""
+        if settings == self.settings:
+            return self
+        if replace(settings, optimizer_offload=self.settings.optimizer_offload) != self.settings:
+            raise ValueError("for_settings shares layer costs only across the optimizer-offload setting")
+        out = CostModel(self.model, self.cluster, settings, ep_comm_visible=self.ep_comm_visible)
+        out._shared = self._memo
+        self._shared = out._memo
+        return out
 
     # ------------------------------------------------------------------ helpers
     def _cached(self, tag: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)``, computed once per cost model: the same option is priced again and again (every
-        instance, every solver, the final estimate), and its price depends only on ``args``."""
+        instance, every solver, the final estimate), and its price depends only on ``args``; a layer or an
+        edge the other offload setting priced is re-priced only in its state terms (:meth:`for_settings`)."""
         key = (tag, *args)
         hit = self._memo.get(key)
         if hit is None:
-            hit = self._memo[key] = fn(*args)
+            hit = self._reuse(key) if tag in _STATE_TAGS else None
+            if hit is None:
+                hit = fn(*args)
+            self._memo[key] = hit
         return hit
+
+    def _reuse(self, key: tuple[Any, ...]) -> Any:
+        """The other offload setting's cost of ``key`` (a layer or an edge: ``(tag, device, config, ...)``),
+        its weights and optimizer terms re-priced; None if it has not priced it."""
+        other = self._shared.get(key) if self._shared is not None else None
+        if other is None:
+            return None
+        did, cfg = key[1], key[2]
+        weights, _rs, _ag, opt = self.state_and_sync(
+            self.device(did), did, cfg, other.params_dense, other.params_expert
+        )
+        return replace(other, weights=weights, opt=opt)
 
     def device(self, did: str) -> DeviceSpec:
         return self.cluster.device(did)

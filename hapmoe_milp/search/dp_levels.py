@@ -1,6 +1,6 @@
 """The vectorised label DP: one pass over pipeline depth, every state and label of a batch at once.
 
-Same algorithm as the reference (:mod:`hapmoe_milp.search.dp_reference`): stages are placed from the
+Same algorithm as the reference (``tests/oracles/dp_reference.py``, the tests' oracle): stages are placed from the
 last to the first; a state is (sub-problem, first layer of the placed suffix, devices used per type, type
 and size class of the stage placed last, device types seen); each state keeps the Pareto front of
 ``(sum tau, max tau, max sync)`` labels. What changes is the representation -- states and labels are
@@ -27,8 +27,8 @@ from hapmoe_milp.search.dp_tables import (
     Batch,
     Bounds,
     Clock,
+    DPScope,
     F,
-    SubProblem,
     W,
     aligned_vec,
     capacity_bound,
@@ -61,12 +61,12 @@ class Best:
 
     value: float = math.inf
     chain: Chain | None = None
-    sub: SubProblem | None = None
+    sub: DPScope | None = None
     second_value: float = math.inf
     second_chain: Chain | None = None
-    second_sub: SubProblem | None = None
+    second_sub: DPScope | None = None
 
-    def offer(self, value: float, chain: Chain, sub: SubProblem) -> None:
+    def offer(self, value: float, chain: Chain, sub: DPScope) -> None:
         if value < self.value:
             if self.chain is not None and not self.chain.same(chain):
                 self.second_value, self.second_chain, self.second_sub = self.value, self.chain, self.sub
