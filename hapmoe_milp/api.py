@@ -15,6 +15,8 @@ from hapmoe_milp.config import Settings, check_choice, check_time_limit
 from hapmoe_milp.cost.estimate import Estimate, estimate
 from hapmoe_milp.errors import HapmoeError, InfeasibleError, SettingsError, SolverError
 from hapmoe_milp.plan import Plan, check_plan
+from hapmoe_milp.runtimes import ANY, AUTO, RUNTIMES, Runtime, settings_problem
+from hapmoe_milp.runtimes import resolve as resolve_runtimes
 from hapmoe_milp.search.solution import Progress, Solution
 from hapmoe_milp.space import Pruning
 from hapmoe_milp.specs.catalog import Catalog
@@ -29,9 +31,8 @@ OFFLOAD_CHOICES = ("auto", True, False)
 # Search time is a product feature: unless told otherwise, stop after a minute and return the best plan
 # found (status "timeout" with its certificate) rather than keep the user waiting.
 DEFAULT_TIME_LIMIT = 60.0
-# Export targets and the plan family each can run: upstream Megatron one mesh shape for every stage;
-# FlagScale's heterogeneous meshes (the hetero family is built to FlagScale's rules: no CP, no VPP, ...).
-TARGET_FAMILY = {"megatron": "megatron", "flagscale": "hetero"}
+# Export targets are runtimes (hapmoe_milp.runtimes): each runs one plan family.
+TARGET_FAMILY = {name: rt.family for name, rt in RUNTIMES.items()}
 # A cluster this large with the model's default global batch is checked for idle devices (see idle_warning)
 LARGE_CLUSTER = 64
 
@@ -104,6 +105,59 @@ def families_for(family: str, target: str | None) -> str:
     return need
 
 
+def search_spaces(
+    runtime: str, cluster: ClusterSpec, settings: Settings, family: str = "both", export: str | None = None
+) -> dict[str, Runtime | None]:
+    """Plan family -> the runtime whose rules its plans must meet, for a ``runtime`` choice.
+
+    ``auto``: every runtime that runs the cluster's vendor mix and these settings (FP8, dispatcher); a
+    runtime name: that one (an error when it cannot run the cluster or the settings); ``any``: both
+    families with no runtime (the what-if space). ``family`` and an ``export`` target narrow the choice;
+    exporting needs a runtime (``any`` names none)."""
+    check_choice("family", family, FAMILY_CHOICES)
+    if export is not None:
+        check_choice("export", export, tuple(RUNTIMES))
+        if runtime == ANY:
+            raise SettingsError(
+                "the what-if space names no runtime that runs its plans, so there is nothing to export for; "
+                "drop --runtime any (or give --runtime " + export + ")",
+                field="runtime",
+            )
+        if runtime not in (AUTO, export):
+            raise SettingsError(f"is {runtime}, but --export asks for {export}; give one of them", field="runtime")
+        runtime = export
+    found = resolve_runtimes(runtime, cluster)
+    fams = ["megatron", "hetero"] if family == "both" else [family]
+    if found is None:
+        return {f: None for f in fams}
+    out: dict[str, Runtime | None] = {}
+    why: list[str] = []
+    for rt in found:
+        problem = settings_problem(rt, cluster, settings.precision, settings.dispatcher)
+        if problem is not None:
+            if runtime != AUTO:
+                raise SettingsError(problem, field="runtime")
+            why.append(problem)
+            continue
+        if rt.family in fams and rt.family not in out:
+            out[rt.family] = rt
+    if not out:
+        names = ", ".join(r.name for r in found)
+        detail = "; ".join(why) if why else f"none of {names} runs {family}-family plans"
+        raise SettingsError(f"no runtime runs this search on cluster {cluster.name}: {detail}", field="runtime")
+    return out
+
+
+def runtime_label(plan: Plan | None) -> str:
+    """What a result says about who runs it."""
+    if plan is None or plan.runtime is None:
+        return "runtime not recorded"
+    if plan.runtime == ANY:
+        return "what-if space (--runtime any): no single runtime is known to run this plan"
+    rt = RUNTIMES[plan.runtime]
+    return f"runs on {rt.title} (rules checked at " + ", ".join(f"{r}@{c[:10]}" for r, c in rt.version.items()) + ")"
+
+
 def solve(
     model: ModelSpec | str,
     cluster: ClusterSpec | str,
@@ -118,22 +172,29 @@ def solve(
     solver_options: dict[str, Any] | None = None,
     export: str | None = None,
     progress: Progress | None = None,
+    runtime: str = AUTO,
     **settings_kw: Any,
 ) -> Solution:
     """Search for the fastest plan; raise InfeasibleError (with the tightest constraint) if none fits.
 
+    ``runtime``: ``auto`` (every runtime that runs the cluster's vendor mix; the plan names the one
+    that runs it), a runtime name (``megatron``, ``rocm``, ``mindspeed``, ``flagscale``), or ``any``
+    (the what-if space: both families under Megatron's per-mesh rules, which no single runtime is known
+    to run). ``family`` narrows the plan families searched.
+
     ``optimizer_offload="auto"`` first searches with optimizer states on the device and, only if nothing
     fits, again with them offloaded to host memory (as HAPMoE does for Mixtral-L on small clusters).
-    ``export`` (``megatron`` or ``flagscale``) restricts the search to plans that target runs.
+    ``export`` (a runtime name) restricts the search to plans that runtime runs.
     ``progress`` is called at coarse points (per instance / sub-model) with a ``ProgressEvent``.
     """
     check_choice("solver", solver, SOLVERS)
-    fam = families_for(family, export)
+    check_choice("family", family, FAMILY_CHOICES)
     if optimizer_offload not in OFFLOAD_CHOICES:
         raise SettingsError(f"must be auto, True or False, got {optimizer_offload!r}", field="optimizer_offload")
     limit = DEFAULT_TIME_LIMIT if time_limit is None else check_time_limit(time_limit)
     m, c = resolve(model, cluster, catalog)
     st = make_settings(m, settings, **settings_kw)
+    spaces = search_spaces(runtime, c, st, family, export)
     tries = [st]
     if optimizer_offload == "auto":
         if not st.optimizer_offload:
@@ -145,7 +206,7 @@ def solve(
     for s in tries:
         # one time limit for the whole solve: the optimizer-offload retry gets what the first try left
         left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
-        sol = _run_solver(m, c, s, solver, fam, pruning, left, solver_options or {}, progress)
+        sol = _run_solver(m, c, s, solver, spaces, pruning, left, solver_options or {}, progress)
         last = sol
         if sol.plan is not None:
             out = finalize(sol, m, c, s)
@@ -166,7 +227,7 @@ def solve(
             f"--time-limit {max(2 * limit, 60):g} (time_limit= in Python)",
             constraint="time",
         )
-    raise diagnose(m, c, tries[-1], families(fam))
+    raise diagnose(m, c, tries[-1], families(_family_arg(spaces)))
 
 
 def timeout_hint(sol: Solution, limit: float | None) -> str:
@@ -209,12 +270,16 @@ def idle_warning(sol: Solution, cluster: ClusterSpec) -> str | None:
     )
 
 
+def _family_arg(spaces: dict[str, Runtime | None]) -> str:
+    return "both" if len(spaces) > 1 else next(iter(spaces))
+
+
 def _run_solver(
     m: ModelSpec,
     c: ClusterSpec,
     st: Settings,
     solver: str,
-    family: str,
+    spaces: dict[str, Runtime | None],
     pruning: Pruning | None,
     time_limit: float | None,
     options: dict[str, Any],
@@ -222,8 +287,11 @@ def _run_solver(
 ) -> Solution:
     from hapmoe_milp.search.dp import solve_dp
 
+    family = _family_arg(spaces)
     if solver == "dp":
-        return solve_dp(m, c, st, family=family, pruning=pruning, time_limit=time_limit, progress=progress)
+        return solve_dp(
+            m, c, st, family=family, pruning=pruning, time_limit=time_limit, progress=progress, runtimes=spaces
+        )
     if solver in ("cpsat", "milp", "auto"):
         try:
             from hapmoe_milp.search import exact
@@ -238,6 +306,7 @@ def _run_solver(
             pruning=pruning,
             time_limit=time_limit,
             progress=progress,
+            runtimes=spaces,
             **options,
         )
     raise SolverError(f"unknown solver {solver!r}")
@@ -268,6 +337,8 @@ __all__ = [
     "idle_warning",
     "make_settings",
     "resolve",
+    "runtime_label",
+    "search_spaces",
     "solve",
     "timeout_hint",
 ]

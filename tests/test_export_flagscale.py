@@ -56,8 +56,10 @@ B_TP2 = ParallelConfig(tp=2, dp=4, ep=2, etp=1)  # 8 910B
 H_TP4_DP1 = ParallelConfig(tp=4, dp=1, ep=2, etp=1)  # 4 devices
 B_TP2_DP2 = ParallelConfig(tp=2, dp=2, ep=2, etp=1)  # 4 devices
 
-HETERO = make_plan([14, 10], ["h800", "910b"], [H_TP4, B_TP2])
+# two meshes of two stages each (FlagScale gives a later mesh of one stage layer offset 0)
+HETERO = make_plan([7, 7, 5, 5], ["h800", "h800", "910b", "910b"], [H_TP4_DP1] * 2 + [B_TP2_DP2] * 2)
 FOUR = make_plan([8, 8, 4, 4], ["h800", "h800", "910b", "910b"], [H_TP4_DP1, H_TP4_DP1, B_TP2_DP2, B_TP2_DP2])
+ONE_STAGE_LATER_MESH = make_plan([14, 10], ["h800", "910b"], [H_TP4, B_TP2])
 
 
 # ---------------------------------------------------------------------- FlagScale, re-enacted
@@ -106,6 +108,22 @@ def flagscale_asserts(cfg: dict[str, Any], model: ModelSpec) -> list[int]:
     for tp, cp, ep, dp, pp, etp in zip(tps, cps, eps, dps, pps, etps):
         assert (tp * cp * dp * pp) % (etp * ep * pp) == 0
     return [dps[0] * mbs // d for d in dps]
+
+
+def built_layer_ids(cfg: dict[str, Any]) -> list[int]:
+    """Layer numbers each rank builds, in pipeline order, as FlagScale's patched Megatron computes them: a
+    stage's offset is the layer split's prefix sum when its mesh's PP > 1 (pre_validate_args sets the
+    rank's pipeline size to its mesh's pp), else 0; it then builds split[stage] layers from there."""
+    h = cfg["system"]["hetero"]
+    flat, split = h["hetero_process_meshes"], h["hetero_pipeline_layer_split"]
+    out: list[int] = []
+    stage = 0
+    for pp in flat[4::5]:
+        for _ in range(pp):
+            offset = sum(split[:stage]) if pp > 1 else 0
+            out += range(offset, offset + split[stage])
+            stage += 1
+    return out
 
 
 def rank_mapper(hostfile_text: str, device_types: list[str]) -> list[str]:
@@ -162,7 +180,7 @@ def test_anchor_example_shape() -> None:
 def test_system_keys_and_checkpoint_format() -> None:
     cfg = flagscale_config(HETERO, MIXTRAL, C16)
     s = cfg["system"]
-    assert s["tensor_model_parallel_size"] == 4 and s["pipeline_model_parallel_size"] == 2
+    assert s["tensor_model_parallel_size"] == 4 and s["pipeline_model_parallel_size"] == 4
     assert s["expert_model_parallel_size"] == 2 and s["expert_tensor_parallel_size"] == 1
     assert s["context_parallel_size"] == 1 and s["sequence_parallel"] is True
     assert s["checkpoint"] == {"ckpt_format": "torch", "save_interval": 1000}  # TP 4 vs 2
@@ -179,21 +197,27 @@ def test_same_tp_meshes_keep_default_checkpoint() -> None:
 
 
 def test_mtp_layers_stay_on_last_stage_and_partial_reduce() -> None:
-    """DeepSeek-V3 (MTP shares the embedding): equal first/last TP, DP 2 vs 4 -> partial reduce; the split
+    """DeepSeek-V3 (MTP shares the embedding): equal first/last TP, DP 16 vs 8 -> partial reduce; the split
     counts decoder layers only, the MTP layer rides on the last stage."""
     cl = CAT.cluster("256-h800-910b")
     a = ParallelConfig(tp=4, dp=16, ep=64, etp=1)  # 64 devices
-    b = ParallelConfig(tp=4, dp=32, ep=64, etp=1)  # 128 devices
-    plan = make_plan([31, 31], ["h800", "910b"], [a, b], model=DSV3, cluster=cl.name, mbs=2)
-    found = validate(plan, DSV3, cl, "flagscale")
-    # the 910B mesh is one stage: FlagScale gives it layer offset 0 (DeepSeek-V3's dense prefix) -- a warning
-    assert [(v.rule, v.severity) for v in found] == [("rule_fs_single_stage_mesh_offset", "warning")]
+    b = ParallelConfig(tp=4, dp=8, ep=32, etp=1)  # 32 devices
+    plan = make_plan([31, 16, 15], ["h800", "910b", "910b"], [a, b, b], model=DSV3, cluster=cl.name, mbs=2)
+    assert validate(plan, DSV3, cl, "flagscale") == []
     cfg = flagscale_config(plan, DSV3, cl)
     h = cfg["system"]["hetero"]
-    assert h["hetero_pipeline_layer_split"] == [31, 30]
+    assert h["hetero_pipeline_layer_split"] == [31, 16, 14]
     assert h["use_partial_reduce_for_shared_embedding"] is True
     assert cfg["model"]["mtp_num_layers"] == 1
-    assert flagscale_asserts(cfg, DSV3) == [2, 1]
+    assert flagscale_asserts(cfg, DSV3) == [2, 4]
+
+
+def test_a_later_mesh_of_one_stage_is_refused() -> None:
+    """FlagScale's get_transformer_layer_offset adds the hetero offset only when the mesh's own PP > 1, so
+    this plan's 910B mesh would build layers [0, 10) again instead of [14, 24)."""
+    found = validate(ONE_STAGE_LATER_MESH, MIXTRAL, C16, "flagscale")
+    assert [v.rule for v in found] == ["rule_runtime_mesh_stages"]
+    assert built_layer_ids(flagscale_config(FOUR, MIXTRAL, C16)) == list(range(24))
 
 
 def test_mtp_off_last_stage_is_refused() -> None:
@@ -302,29 +326,31 @@ def test_export_plan_flagscale_files(tmp_path: Path) -> None:
 
 
 def test_export_plan_flagscale_refuses_cp(tmp_path: Path) -> None:
-    cp2 = ParallelConfig(tp=2, cp=2, dp=2, ep=2)
-    plan = make_plan([12, 12], ["h800", "910b"], [cp2, cp2])
-    with pytest.raises(ExportError, match="rule_fs_cp_is_one"):
+    cp2 = ParallelConfig(tp=2, cp=2, dp=1, ep=2)
+    plan = make_plan([6, 6, 6, 6], ["h800", "h800", "910b", "910b"], [cp2] * 4)
+    with pytest.raises(ExportError, match="rule_runtime_cp"):
         export_plan(plan, MIXTRAL, C16, "flagscale", tmp_path)
     assert not any(tmp_path.iterdir())
 
 
 def test_megatron_family_plan_exports_to_flagscale() -> None:
-    cfg = ParallelConfig(tp=2, dp=4, ep=2)
-    plan = Plan("mixtral-s", "16-1", "megatron", (Stage("h800", cfg, 0, 12), Stage("910b", cfg, 12, 24)), 256, 4096, 1)
+    cfg = ParallelConfig(tp=2, dp=2, ep=2)
+    stages = tuple(Stage(d, cfg, 6 * i, 6 * i + 6) for i, d in enumerate(["h800", "h800", "910b", "910b"]))
+    plan = Plan("mixtral-s", "16-1", "megatron", stages, 256, 4096, 1)
     assert validate(plan, MIXTRAL, C16, "flagscale") == []
-    assert flagscale_config(plan, MIXTRAL, C16)["system"]["hetero"]["hetero_process_meshes"] == [2, 1, 2, 4, 1] * 2
+    assert flagscale_config(plan, MIXTRAL, C16)["system"]["hetero"]["hetero_process_meshes"] == [2, 1, 2, 2, 2] * 2
 
 
 def test_dense_model_has_no_expert_keys() -> None:
     dense = CAT.model("llama-2-7b")
-    plan = make_plan([20, 12], ["h800", "910b"], [ParallelConfig(tp=4, dp=2), ParallelConfig(tp=2, dp=4)], model=dense)
+    a, b = ParallelConfig(tp=4, dp=1), ParallelConfig(tp=2, dp=2)
+    plan = make_plan([10, 10, 6, 6], ["h800", "h800", "910b", "910b"], [a, a, b, b], model=dense)
     assert validate(plan, dense, C16, "flagscale") == []
     cfg = flagscale_config(plan, dense, C16)
     assert "expert_model_parallel_size" not in cfg["system"]
     assert "expert_tensor_parallel_size_per_process_mesh" not in cfg["system"]["hetero"]
     assert "num_experts" not in cfg["model"] and "moe_grouped_gemm" not in cfg["model"]
-    assert cfg["system"]["hetero"]["hetero_process_meshes"] == [4, 1, 1, 2, 1, 2, 1, 1, 4, 1]
+    assert cfg["system"]["hetero"]["hetero_process_meshes"] == [4, 1, 1, 1, 2, 2, 1, 1, 2, 2]
 
 
 def _compose(conf_dir: Path) -> dict[str, Any]:
@@ -364,8 +390,15 @@ def test_flagscale_env_only_with_tp_or_cp() -> None:
     from hapmoe_milp.export.flagscale import experiment_config
 
     tp1 = make_plan([12, 12], ["h800", "910b"], [ParallelConfig(dp=8, ep=8), ParallelConfig(dp=8, ep=8)], mbs=1)
-    assert experiment_config(tp1)["experiment"]["envs"] == {}
-    assert experiment_config(HETERO)["experiment"]["envs"] == {"CUDA_DEVICE_MAX_CONNECTIONS": 1}
+    visible = {
+        "h800": {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"},
+        "910b": {"ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"},
+    }
+    assert experiment_config(tp1, C16)["experiment"]["envs"] == {"device_type_specific": visible}
+    assert experiment_config(HETERO, C16)["experiment"]["envs"] == {
+        "CUDA_DEVICE_MAX_CONNECTIONS": 1,
+        "device_type_specific": visible,
+    }
 
 
 def test_offload_reaches_the_flagscale_config() -> None:

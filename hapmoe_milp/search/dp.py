@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -33,6 +33,7 @@ from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.errors import InfeasibleError
 from hapmoe_milp.instance import Instance, Option, build_instances, groups
 from hapmoe_milp.plan import Plan, Stage
+from hapmoe_milp.runtimes import Runtime
 from hapmoe_milp.search.dp_levels import Best, Chain, run_batch
 from hapmoe_milp.search.dp_tables import Clock, RowCache, SubProblem, build_batch, kind_order
 from hapmoe_milp.search.solution import Progress, ProgressEvent, Solution
@@ -299,8 +300,12 @@ def solve_dp(
     instances: Iterable[Instance] | None = None,
     name: str = "dp",
     progress: Progress | None = None,
+    runtimes: Mapping[str, Runtime | None] | None = None,
 ) -> Solution:
     """Search every plan of the DP's space; anytime: ``time_limit`` covers the whole call, building included.
+
+    ``runtimes`` maps a family to the runtime whose rules its plans must meet (missing or None: the
+    what-if space of that family).
 
     The status says how far the answer is proven: ``optimal`` when the search completed and no rule that
     can cut the optimum fired (``stats["cut_by"]`` is empty), ``feasible`` when it completed but such a
@@ -372,7 +377,8 @@ def solve_dp(
         fastest plans), or None if the clock ran out while building them."""
         mv = pr.max_vpp if fam == "megatron" else 1
         out = []
-        for inst in build_instances(model, cluster, settings, fam, pr, cm, max_vpp=mv):
+        rt = (runtimes or {}).get(fam)
+        for inst in build_instances(model, cluster, settings, fam, pr, cm, max_vpp=mv, runtime=rt):
             if run.out_of_time():
                 return None
             out.append(inst)

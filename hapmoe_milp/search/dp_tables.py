@@ -124,6 +124,12 @@ class Batch:
     uniform: np.ndarray
     gmax: np.ndarray
     lo_stage: np.ndarray  # (G, 3) fewest layers of a middle, last and first stage (Instance.stage_min_layers)
+    # the runtime's rules between stages (Instance.stage_rules): per group, and the row values they read
+    edge_tp: np.ndarray  # (G,) first and last stage one TP
+    edge_dp: np.ndarray  # (G,) first and last stage DPs divide one another
+    mesh_min: np.ndarray  # (G,) stages every mesh after the first holds (1: no rule)
+    tp: np.ndarray  # (rows,) TP of the row's config
+    mesh: np.ndarray  # (rows,) mesh identity (device type and config) of the row
     infl: np.ndarray  # (G, Kmax+1) in-flight multiplier of the k-th stage from the end
     kind_ix: np.ndarray  # (N,) kind index of every layer
     present: np.ndarray  # kind indices that occur
@@ -400,6 +406,9 @@ def build_batch(
     uniform = np.zeros(G, dtype=bool)
     gmax = np.zeros(G, dtype=np.int64)
     lo_stage = np.ones((G, 3), dtype=np.int64)
+    edge_tp = np.zeros(G, dtype=bool)
+    edge_dp = np.zeros(G, dtype=bool)
+    mesh_min = np.ones(G, dtype=np.int64)
     total_inv = int(inv.sum())
     for i, sub in enumerate(subs):
         inst = sub.inst
@@ -417,6 +426,8 @@ def build_batch(
         contiguous[i] = inst.family == "hetero"
         uniform[i] = pr.uniform_stage_size or (bool(contiguous[i]) and 0 < pr.large_cluster < total_inv)
         lo_stage[i] = inst.stage_min_layers
+        rules = inst.stage_rules
+        edge_tp[i], edge_dp[i], mesh_min[i] = rules.edge_tp, rules.edge_dp, rules.mesh_min_stages
     kk = int(kmax.max())
     infl = np.zeros((G, kk + 1))
     cache: dict[tuple, np.ndarray] = {}
@@ -470,6 +481,11 @@ def build_batch(
         uniform=uniform,
         gmax=gmax,
         lo_stage=lo_stage,
+        edge_tp=edge_tp,
+        edge_dp=edge_dp,
+        mesh_min=mesh_min,
+        tp=np.array([o.cfg.tp for o in row_opt], dtype=np.int64),
+        mesh=shape0.astype(np.int64),
         infl=infl,
         kind_ix=kind_ix,
         present=np.array(present, dtype=np.int64),

@@ -35,13 +35,14 @@ import heapq
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from hapmoe_milp.config import Settings
 from hapmoe_milp.instance import Instance, build_instances, group_keys
 from hapmoe_milp.plan import Plan
+from hapmoe_milp.runtimes import Runtime
 from hapmoe_milp.search import backends
 from hapmoe_milp.search.formulation import (
     Assignment,
@@ -259,6 +260,7 @@ def solve(
     instances: Iterable[Instance] | None = None,
     split: str | None = None,
     progress: Progress | None = None,
+    runtimes: Mapping[str, Runtime | None] | None = None,
     **options: Any,
 ) -> Solution:
     """Solve every instance x group x depth exactly and keep the best plan, with a proven bound.
@@ -271,7 +273,8 @@ def solve(
     :data:`EXACT_PRUNING` for the exact solvers; its ``max_vpp`` bounds their interleaved instances as it
     bounds the DP's. ``backend`` selects the MILP solver (``highs`` default, ``cbc``) for
     ``solver='milp'``. ``split`` is ``'group'`` (default) or ``'instance'``. ``progress`` is called per
-    depth model (at most every 0.2 s). Extra ``options`` go to the backend (e.g. ``resolution_s``).
+    depth model (at most every 0.2 s). ``runtimes`` maps a family to the runtime whose rules its plans
+    must meet (as for the DP). Extra ``options`` go to the backend (e.g. ``resolution_s``).
     """
     if solver == "auto":
         return _solve_auto(
@@ -286,6 +289,7 @@ def solve(
             backend=backend,
             split=split,
             progress=progress,
+            runtimes=runtimes,
             **options,
         )
     return _solve_exact(
@@ -303,6 +307,7 @@ def solve(
         instances=instances,
         split=split,
         progress=progress,
+        runtimes=runtimes,
         **options,
     )
 
@@ -323,6 +328,7 @@ def _solve_exact(
     instances: Iterable[Instance] | None,
     split: str | None,
     progress: Progress | None,
+    runtimes: Mapping[str, Runtime | None] | None = None,
     **options: Any,
 ) -> Solution:
     mod = backends.get(solver)
@@ -336,7 +342,15 @@ def _solve_exact(
         else [
             i
             for fam in fams
-            for i in build_instances(model, cluster, settings, fam, pr, max_vpp=pr.max_vpp)  # type: ignore[arg-type]
+            for i in build_instances(
+                model,
+                cluster,
+                settings,
+                fam,
+                pr,
+                max_vpp=pr.max_vpp,
+                runtime=(runtimes or {}).get(fam),  # type: ignore[arg-type]
+            )
         ]
     )
     counter = PruneCounter()
@@ -436,6 +450,7 @@ def _solve_auto(
     backend: str | None,
     split: str | None,
     progress: Progress | None,
+    runtimes: Mapping[str, Runtime | None] | None = None,
     **options: Any,
 ) -> Solution:
     """A certificate: the pruned DP for a fast plan, the exact backend for the proof, the unpruned DP as
@@ -446,7 +461,9 @@ def _solve_auto(
     pr = pruning or Pruning()
     # every proof is over one space: all plans with at most ``max_vpp`` virtual chunks (the DP's bound)
     exact_pr = replace(EXACT_PRUNING, max_vpp=pr.max_vpp)
-    dp = solve_dp(model, cluster, settings, family=family, pruning=pr, time_limit=time_limit, progress=progress)
+    dp = solve_dp(
+        model, cluster, settings, family=family, pruning=pr, time_limit=time_limit, progress=progress, runtimes=runtimes
+    )
     exact_solver = backend if backend in backends.NAMES else "cpsat"
     stats: dict[str, Any] = {"dp_status": dp.status, "dp_objective_s": dp.objective_s, "dp_wall_s": dp.wall_s}
 
@@ -473,6 +490,7 @@ def _solve_auto(
             instances=None,
             split=split,
             progress=progress,
+            runtimes=runtimes,
             **options,
         )
         stats.update({f"exact_{k}": v for k, v in ex.stats.items() if isinstance(v, (int, float, str, bool))})
@@ -497,6 +515,7 @@ def _solve_auto(
             pruning=replace(Pruning.off(), max_vpp=pr.max_vpp),
             time_limit=rem,
             name="dp-exact",
+            runtimes=runtimes,
         )
         stats.update({"dp_exact_status": dx.status, "dp_exact_wall_s": dx.wall_s})
         if dx.plan is not None and (best.plan is None or dx.objective_s < best.objective_s):

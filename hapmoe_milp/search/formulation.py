@@ -127,6 +127,7 @@ import numpy as np
 
 from hapmoe_milp.instance import Instance, Option, groups, in_group, vpp_lead
 from hapmoe_milp.plan import Plan, Stage
+from hapmoe_milp.space import stage_rule_problems
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "timeout"]
 #: Per stage from first to last: (option position in the sub-problem, first layer, end layer).
@@ -220,6 +221,13 @@ class SubProblem:
         self.csize = self.size // np.asarray(unit, dtype=np.int64)[self.tix] if self.O else self.size
         self.cap = np.asarray([o.capacity for o in options], dtype=np.float64)
         self.first_ok = np.asarray([o.cfg.dp == inst.first_dp for o in options], dtype=bool)
+        #: the runtime's rules between stages (``Instance.stage_rules``): rows over arcs, see
+        #: :meth:`DepthModel.rule_rows`; a mesh is a (device type, config) pair
+        self.rules = inst.stage_rules
+        mesh_ids: dict[tuple, int] = {}
+        self.mesh = np.asarray([mesh_ids.setdefault((o.device, o.cfg), len(mesh_ids)) for o in options], dtype=np.int64)
+        self.tp = np.asarray([o.cfg.tp for o in options], dtype=np.int64)
+        self.dp = np.asarray([o.cfg.dp for o in options], dtype=np.int64)
         classes = sorted({(o.device, o.devices < self.node[o.device]) for o in options})
         cidx = {c: j for j, c in enumerate(classes)}
         self.classes = classes
@@ -342,6 +350,10 @@ class SubProblem:
         P = len(assignment)
         if P not in self.depths:
             return False
+        if self.rules.active:
+            stages = [Stage(self.options[i].device, self.options[i].cfg, s, e) for i, s, e in assignment]
+            if stage_rule_problems(self.rules, stages):
+                return False
         return all(e - s >= self.min_layers(P - j, j == 0) for j, (_, s, e) in enumerate(assignment))
 
     # ------------------------------------------------------------------ cheap group-level bound
@@ -564,9 +576,12 @@ class SubProblem:
         out: dict[tuple[int, int, int], int],
     ) -> np.ndarray:
         """Drop arcs another arc of the same type, size, class, group and range beats or ties (see doc)."""
-        buckets: dict[tuple[int, int, int, int], list[int]] = {}
+        buckets: dict[tuple[int, int, int, int, int], list[int]] = {}
+        # under rules between stages an arc can stand in only for arcs of its own mesh (device and config)
+        mesh = self.mesh if self.rules.active else np.zeros(self.O, dtype=np.int64)
         for i in range(self.O):
-            buckets.setdefault((int(self.gid[i]), int(self.tix[i]), int(self.size[i]), int(self.cls[i])), []).append(i)
+            key = (int(self.gid[i]), int(self.tix[i]), int(self.size[i]), int(self.cls[i]), int(mesh[i]))
+            buckets.setdefault(key, []).append(i)
         keep = ok.copy()
         for idx in buckets.values():
             if len(idx) < 2:
@@ -913,6 +928,52 @@ class DepthModel:
                 for j, (dev, _) in enumerate(sub.classes):
                     if dev != sub.options[i].device and 2 * sub.p2p[i, j] > sub.eta * self.time[a]:
                         self.forbidden.append((a, j))
+
+    def rule_rows(self) -> list[tuple[str, list[int], list[int], int]]:
+        """The runtime's rules between stages as rows ``sum x[plus] - sum x[minus] <= rhs`` over arcs
+        (each slot holds one arc, so a slot's arcs of one mesh, TP or DP sum to 0 or 1):
+
+        - every mesh after the first holds ``m`` stages: slot ``k`` (slot ``P`` is the first stage) starts a
+          mesh after the first when slot ``k+1`` is of another mesh, and then slots ``k-1 .. k-m+1`` are of
+          its mesh: ``y[k,h] - y[k+1,h] - y[k-j,h] <= 0`` (``y[k,h] - y[k+1,h] <= 0`` when ``k-j < 1``);
+        - first and last stage one TP: ``y[1,t] = y[P,t]`` per TP ``t``;
+        - their DPs divide one another: ``y[1,d] + y[P,d'] <= 1`` per pair that does not.
+        """
+        sub, P = self.sub, self.P
+        rules = sub.rules
+        rows: list[tuple[str, list[int], list[int], int]] = []
+        if not rules.active or self.closed or not len(self.slot):
+            return rows
+
+        def members(k: int, attr: np.ndarray) -> dict[int, list[int]]:
+            out: dict[int, list[int]] = {}
+            for a in self.by_slot[k - 1].tolist():
+                out.setdefault(int(attr[self.opt[a]]), []).append(a)
+            return out
+
+        m = rules.mesh_min_stages
+        if m > 1:
+            by = {k: members(k, sub.mesh) for k in range(1, P + 1)}
+            for k in range(1, P):
+                for h, here in by[k].items():
+                    before = by[k + 1].get(h, [])
+                    for j in range(1, m):
+                        after = by[k - j].get(h, []) if k - j >= 1 else []
+                        rows.append((f"mesh_run_k{k}_m{h}_j{j}", here, before + after, 0))
+                        if k - j < 1:
+                            break
+        if P >= 2 and rules.edge_tp:
+            last, first = members(1, sub.tp), members(P, sub.tp)
+            for t in sorted(set(last) | set(first)):
+                rows.append((f"edge_tp_{t}_a", last.get(t, []), first.get(t, []), 0))
+                rows.append((f"edge_tp_{t}_b", first.get(t, []), last.get(t, []), 0))
+        if P >= 2 and rules.edge_dp:
+            last, first = members(1, sub.dp), members(P, sub.dp)
+            for dl, la in last.items():
+                for d0, fa in first.items():
+                    if dl % d0 and d0 % dl:
+                        rows.append((f"edge_dp_{dl}_{d0}", la + fa, [], 1))
+        return rows
 
     # ------------------------------------------------------------------ plans
     def describe(self) -> str:
