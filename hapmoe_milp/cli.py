@@ -260,7 +260,35 @@ TimeLimitOpt = Annotated[
     float | None, typer.Option("--time-limit", help="Search time limit in seconds, > 0 (default 60).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print strict JSON on stdout instead of tables.")]
-TargetOpt = Annotated[str, typer.Option("--target", help="Framework: megatron (Megatron-LM) or flagscale.")]
+TargetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--target", help="Runtime: megatron, rocm, mindspeed or flagscale (default: the runtime the plan names)."
+    ),
+]
+RuntimeOpt = Annotated[
+    str,
+    typer.Option(
+        "--runtime",
+        help="auto (every runtime that runs the cluster's vendors; the plan names its own), megatron, rocm, "
+        "mindspeed, flagscale, or any (the what-if space: plans no single runtime is known to run).",
+    ),
+]
+
+
+def _plan_target(target: str | None, plan: Any) -> str:
+    """The runtime to validate/export for: the flag, else the one the plan was searched for."""
+    from hapmoe_milp.config import check_choice
+    from hapmoe_milp.export.common import TARGETS
+
+    if target is None:
+        if plan.runtime in TARGETS:
+            return str(plan.runtime)
+        why = "was searched in the what-if space" if plan.runtime == "any" else "names no runtime"
+        raise SettingsError(f"is needed: the plan {why}; give one of {', '.join(TARGETS)}", field="--target")
+    with flags():
+        check_choice("target", target, TARGETS)
+    return target
 
 
 def _settings_kw(**kw: Any) -> dict[str, Any]:
@@ -526,24 +554,33 @@ def solve(
     ] = None,
     export: Annotated[
         str | None,
-        typer.Option("--export", help="megatron or flagscale: search only plans it runs, write launch files."),
+        typer.Option(
+            "--export",
+            help="megatron, rocm, mindspeed or flagscale: search only plans it runs, write its launch files.",
+        ),
     ] = None,
+    runtime: RuntimeOpt = "auto",
     plot: Annotated[Path | None, typer.Option("--plot", help="PNG of the simulated 1F1B schedule.")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="Bottleneck, breakdown and runner-up.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Search for the fastest plan that fits; optionally write it and its launch files."""
     from hapmoe_milp import render
-    from hapmoe_milp.api import DEFAULT_TIME_LIMIT, families_for, timeout_hint
+    from hapmoe_milp.api import DEFAULT_TIME_LIMIT, runtime_label, timeout_hint
     from hapmoe_milp.api import solve as api_solve
     from hapmoe_milp.config import check_choice, check_time_limit
+    from hapmoe_milp.export.common import TARGETS
     from hapmoe_milp.fileio import check_output_dir, check_output_file
     from hapmoe_milp.presets import load_preset
+    from hapmoe_milp.runtimes import RUNTIME_CHOICES
 
     # everything that can be wrong is checked before the search starts
     with flags():
         check_choice("solver", solver, ("dp", "cpsat", "milp", "auto"))
-        fam = families_for(family, export)
+        check_choice("family", family, ("both", "megatron", "hetero"))
+        check_choice("runtime", runtime, RUNTIME_CHOICES)
+        if export is not None:
+            check_choice("export", export, TARGETS)
         check_choice("optimizer_offload", optimizer_offload, ("auto", "on", "off"))
         limit = check_time_limit(time_limit) if time_limit is not None else None
     m = catalog_model(require(model, "--model", "to solve"))
@@ -568,7 +605,9 @@ def solve(
             m,
             c,
             chosen,
-            family=fam,
+            family=family,
+            runtime=runtime,
+            export=export,
             pruning=preset.pruning if preset else None,
             time_limit=limit,
             optimizer_offload={"auto": "auto", "on": True, "off": False}[optimizer_offload],
@@ -601,6 +640,7 @@ def solve(
     for path in written:
         log.info("wrote %s", path)
     if as_json:
+        note(runtime_label(sol.plan))
         payload = {"plan": sol.plan.to_dict(), "predicted": pred, "solver": sol.certificate()}
         if explain:
             payload["explain"] = _explain(sol)
@@ -608,11 +648,15 @@ def solve(
         return
     con = render.console()
     con.print(
-        render.stages_table(pred["stages"], title=f"{m.name} on {c.name} — {sol.plan.family} family, pp={sol.plan.pp}")
+        render.stages_table(
+            pred["stages"],
+            title=f"{m.name} on {c.name} — {sol.plan.family} family, pp={sol.plan.pp}, runtime {sol.plan.runtime}",
+        )
     )
     con.print(render.STAGES_LEGEND, style="dim")
     con.print(render.summary_line(pred))
     con.print(render.solver_line(sol))
+    con.print(runtime_label(sol.plan))
     if explain:
         ex = _explain(sol)
         con.print(render.breakdown_table(pred["breakdown"]))
@@ -650,18 +694,18 @@ def _explain(sol: Any) -> dict[str, Any]:
 @app.command()
 def validate(
     plan: Annotated[Path, typer.Argument(help="plan.json")],
-    target: TargetOpt = "megatron",
+    target: TargetOpt = None,
     model: PlanModelOpt = None,
     cluster: PlanClusterOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check a plan against our invariants and the target framework's rules (one named rule per line)."""
-    from hapmoe_milp.config import check_choice
+    """Check a plan against our invariants and the runtime's rules (one named rule per line)."""
     from hapmoe_milp.export.validate import validate as run_validate
 
-    with flags():
-        check_choice("target", target, ("megatron", "flagscale"))
+    if target is not None:
+        _plan_target(target, None)
     p, m, c = plan_with_specs(plan, model, cluster)
+    target = _plan_target(target, p)
     found = run_validate(p, m, c, target)  # type: ignore[arg-type]
     errors = [v for v in found if v.severity == "error"]
     if as_json:
@@ -678,20 +722,20 @@ def validate(
 @app.command("export")
 def export_cmd(
     plan: Annotated[Path, typer.Argument(help="plan.json")],
-    target: Annotated[str, typer.Option("--target", help="Framework: megatron (Megatron-LM) or flagscale.")],
     out: Annotated[Path, typer.Option("--out", help="Output folder (created if missing).")],
+    target: TargetOpt = None,
     model: PlanModelOpt = None,
     cluster: PlanClusterOpt = None,
 ) -> None:
-    """Write launch files: plan.json, megatron_args.txt or flagscale.yaml, hostfile, launch scripts."""
-    from hapmoe_milp.config import check_choice
+    """Write launch files: plan.json, the runtime's arguments or config, hostfile, launch scripts."""
     from hapmoe_milp.export import export_plan
     from hapmoe_milp.fileio import check_output_dir
 
-    with flags():
-        check_choice("target", target, ("megatron", "flagscale"))
+    if target is not None:
+        _plan_target(target, None)
     check_output_dir(out, "--out")
     p, m, c = plan_with_specs(plan, model, cluster)
+    target = _plan_target(target, p)
     for f in export_plan(p, m, c, target, out, source=str(plan)):  # type: ignore[arg-type]
         typer.echo(str(f))
 
@@ -710,6 +754,9 @@ def compare(
     family: FamilyOpt = "both",
     time_limit: Annotated[float, typer.Option("--time-limit", help="Seconds per solver, > 0.")] = 60.0,
     warm_start: Annotated[bool, typer.Option("--warm-start", help="Hand the DP plan to the exact solvers.")] = False,
+    runtimes: Annotated[
+        bool, typer.Option("--runtimes", help="Best plan per runtime that runs the cluster, next to --runtime any.")
+    ] = False,
     gbs: GbsOpt = None,
     seq: SeqOpt = None,
     mbs: MbsOpt = None,
@@ -730,6 +777,18 @@ def compare(
         st = make_settings(
             m, None, global_batch_size=gbs, seq_length=seq, micro_batch_size=mbs, optimizer_offload=optimizer_offload
         )
+    if runtimes:
+        from hapmoe_milp.compare import compare_runtimes, format_runtimes_markdown
+
+        with compute():
+            rep = compare_runtimes(
+                m, c, st, time_limit=limit, optimizer_offload="auto" if not optimizer_offload else True
+            )
+        if as_json:
+            emit_json(rep)
+        else:
+            typer.echo(format_runtimes_markdown(rep))
+        return
     if against is not None:
         from hapmoe_milp.baselines import compare_against
 
