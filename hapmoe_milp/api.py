@@ -115,6 +115,7 @@ def search_spaces(
     families with no runtime (the what-if space). ``family`` and an ``export`` target narrow the choice;
     exporting needs a runtime (``any`` names none)."""
     check_choice("family", family, FAMILY_CHOICES)
+    flag = "runtime"
     if export is not None:
         check_choice("export", export, tuple(RUNTIMES))
         if runtime == ANY:
@@ -125,8 +126,18 @@ def search_spaces(
             )
         if runtime not in (AUTO, export):
             raise SettingsError(f"is {runtime}, but --export asks for {export}; give one of them", field="runtime")
-        runtime = export
-    found = resolve_runtimes(runtime, cluster)
+        need = RUNTIMES[export].family
+        if family not in ("both", need):
+            raise SettingsError(
+                f"{export} runs {need}-family plans only, and --family asks for {family}; drop --family or change "
+                "the export target",
+                field="family",
+            )
+        runtime, flag = export, "export"
+    try:
+        found = resolve_runtimes(runtime, cluster)
+    except SettingsError as exc:
+        raise exc.at(field=flag) from None
     fams = ["megatron", "hetero"] if family == "both" else [family]
     if found is None:
         return {f: None for f in fams}
@@ -136,15 +147,20 @@ def search_spaces(
         problem = settings_problem(rt, cluster, settings.precision, settings.dispatcher)
         if problem is not None:
             if runtime != AUTO:
-                raise SettingsError(problem, field="runtime")
+                raise SettingsError(problem, field=flag)
             why.append(problem)
             continue
         if rt.family in fams and rt.family not in out:
             out[rt.family] = rt
     if not out:
         names = ", ".join(r.name for r in found)
-        detail = "; ".join(why) if why else f"none of {names} runs {family}-family plans"
-        raise SettingsError(f"no runtime runs this search on cluster {cluster.name}: {detail}", field="runtime")
+        if why:
+            raise SettingsError(f"no runtime runs this search on cluster {cluster.name}: {'; '.join(why)}", field=flag)
+        raise SettingsError(
+            f"asks for {family}-family plans, and {names} (what runs cluster {cluster.name}) runs "
+            f"{' and '.join(sorted({r.family for r in found}))}-family plans; drop --family or use --runtime any",
+            field="family",
+        )
     return out
 
 

@@ -70,6 +70,7 @@ FLAGS: dict[str, str] = {
     "family": "--family",
     "solver": "--solver",
     "export": "--export",
+    "runtime": "--runtime",
     "target": "--target",
     "model": "--model",
     "cluster": "--cluster",
@@ -276,14 +277,17 @@ RuntimeOpt = Annotated[
 ]
 
 
-def _plan_target(target: str | None, plan: Any) -> str:
-    """The runtime to validate/export for: the flag, else the one the plan was searched for."""
+def _plan_target(target: str | None, plan: Any, default: str | None = None) -> str:
+    """The runtime to validate/export for: the flag, else the one the plan was searched for, else
+    ``default`` (validate's: megatron, for plan files written before plans named their runtime)."""
     from hapmoe_milp.config import check_choice
     from hapmoe_milp.export.common import TARGETS
 
     if target is None:
         if plan.runtime in TARGETS:
             return str(plan.runtime)
+        if default is not None and plan.runtime is None:
+            return default
         why = "was searched in the what-if space" if plan.runtime == "any" else "names no runtime"
         raise SettingsError(f"is needed: the plan {why}; give one of {', '.join(TARGETS)}", field="--target")
     with flags():
@@ -705,7 +709,7 @@ def validate(
     if target is not None:
         _plan_target(target, None)
     p, m, c = plan_with_specs(plan, model, cluster)
-    target = _plan_target(target, p)
+    target = _plan_target(target, p, default="megatron")
     found = run_validate(p, m, c, target)  # type: ignore[arg-type]
     errors = [v for v in found if v.severity == "error"]
     if as_json:

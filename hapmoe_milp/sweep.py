@@ -408,6 +408,7 @@ def cluster_price(cluster: ClusterSpec, overrides: Mapping[str, float]) -> float
 def plan_summary(plan: Any) -> dict[str, Any]:
     return {
         "family": plan.family,
+        "runtime": plan.runtime,
         "pp": plan.pp,
         "vpp": plan.vpp,
         "num_microbatches": plan.num_microbatches,
