@@ -195,9 +195,9 @@ def test_progress_callback_reports_instances():
 
 
 def test_progress_on_a_terminal_goes_to_stderr_only(monkeypatch, capsys):
-    from hapmoe_milp import cli
+    from hapmoe_milp.cli import output
 
-    monkeypatch.setattr(cli, "_stderr_is_tty", lambda: True)
+    monkeypatch.setattr(output, "stderr_is_tty", lambda: True)
     code, out, _ = _in_process(["solve", "-m", "mixtral-s", "-c", "16-1-h", "--json"], capsys)
     assert code == 0
     json.loads(out)  # the progress display did not touch stdout

@@ -430,11 +430,11 @@ def test_a_dying_worker_fails_only_its_own_case(tmp_path, monkeypatch, workers):
     monkeypatch.syspath_prepend(str(tmp_path))  # spawned workers inherit sys.path
     import importlib
 
-    import hapmoe_milp.sweep as sweep
+    import hapmoe_milp.sweep.runners as runners
 
     crashy = importlib.import_module("crashy_worker")
-    monkeypatch.setattr(sweep, "run_case", crashy.run_case)
-    monkeypatch.setattr(sweep._Resolver, "cluster", lambda self, ref: Catalog().cluster("8xh800"))
+    monkeypatch.setattr(runners, "run_case", crashy.run_case)
+    monkeypatch.setattr(runners._Resolver, "cluster", lambda self, ref: Catalog().cluster("8xh800"))
     specs = ["ok-1", "crash-1", "ok-2", "ok-3", "ok-4"]
     cases = cases_from_clusters(["mixtral-s"], specs)
     out = tmp_path / "r.jsonl"

@@ -1,0 +1,205 @@
+"""Study commands: ``compare`` (solvers against each other, or our plan against baselines) and ``sweep``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from hapmoe_milp.cli.options import (
+    STATE,
+    ClusterOpt,
+    FamilyOpt,
+    GbsOpt,
+    JsonOpt,
+    MbsOpt,
+    ModelOpt,
+    SeqOpt,
+    catalog_cluster,
+    catalog_model,
+    flags,
+    require,
+)
+from hapmoe_milp.cli.output import compute, emit_json, stderr_is_tty, stdout_to_stderr
+from hapmoe_milp.errors import SettingsError
+
+log = logging.getLogger("hapmoe_milp")
+
+
+# ---------------------------------------------------------------------- compare
+def compare(
+    model: ModelOpt = None,
+    cluster: ClusterOpt = None,
+    against: Annotated[
+        str | None, typer.Option("--against", help="Baselines (megatron,metis,hetermoe) instead of solvers.")
+    ] = None,
+    solvers: Annotated[
+        str, typer.Option("--solvers", help="Solvers to cross-validate, comma-separated.")
+    ] = "dp,dp-exact,cpsat,milp",
+    family: FamilyOpt = "both",
+    time_limit: Annotated[float, typer.Option("--time-limit", help="Seconds per solver, > 0.")] = 60.0,
+    warm_start: Annotated[bool, typer.Option("--warm-start", help="Hand the DP plan to the exact solvers.")] = False,
+    runtimes: Annotated[
+        bool, typer.Option("--runtimes", help="Best plan per runtime that runs the cluster, next to --runtime any.")
+    ] = False,
+    gbs: GbsOpt = None,
+    seq: SeqOpt = None,
+    mbs: MbsOpt = None,
+    optimizer_offload: Annotated[
+        bool, typer.Option("--optimizer-offload/--no-optimizer-offload", help="Optimizer states in host memory.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cross-validate the solvers on one instance, or put our plan next to baselines (HAPMoE Table 2 style)."""
+    from hapmoe_milp.api import make_settings
+    from hapmoe_milp.config import check_choice, check_time_limit
+
+    m = catalog_model(require(model, "--model", "to compare"))
+    c = catalog_cluster(require(cluster, "--cluster", "to compare"))
+    with flags():
+        check_choice("family", family, ("both", "megatron", "hetero"))
+        limit = check_time_limit(time_limit)
+        st = make_settings(
+            m, None, global_batch_size=gbs, seq_length=seq, micro_batch_size=mbs, optimizer_offload=optimizer_offload
+        )
+    if runtimes:
+        from hapmoe_milp.compare import compare_runtimes, format_runtimes_markdown
+
+        with compute():
+            rep = compare_runtimes(
+                m, c, st, time_limit=limit, optimizer_offload="auto" if not optimizer_offload else True
+            )
+        if as_json:
+            emit_json(rep)
+        else:
+            typer.echo(format_runtimes_markdown(rep))
+        return
+    if against is not None:
+        from hapmoe_milp.baselines import compare_against
+
+        names = [a.strip() for a in against.split(",") if a.strip()]
+        if not names:
+            raise SettingsError("needs at least one baseline (megatron, metis, hetermoe)", field="--against")
+        with compute():
+            rep = compare_against(
+                m, c, st, names, time_limit=limit, optimizer_offload="auto" if not optimizer_offload else True
+            )
+        rep.pop("solutions", None)
+        if as_json:
+            emit_json(rep)
+            return
+        from hapmoe_milp import render
+
+        render.console().print(render.baselines_table(rep, f"{m.name} on {c.name}: ratios vs Megatron-uniform"))
+        for n in rep.get("notes", []):
+            typer.echo(f"note: {n}")
+        return
+    from hapmoe_milp.compare import compare_solvers, format_markdown
+
+    names = [x.strip() for x in solvers.split(",") if x.strip()]
+    if not names:
+        raise SettingsError("needs at least one solver (dp, dp-exact, cpsat, milp)", field="--solvers")
+    with compute():
+        rep = compare_solvers(m, c, st, solvers=names, time_limit=limit, family=family, warm_start=warm_start)
+    if as_json:
+        emit_json(rep)
+    else:
+        typer.echo(format_markdown(rep))
+
+
+# ---------------------------------------------------------------------- sweep
+def sweep(
+    model: Annotated[list[str], typer.Option("--model", "-m", help="Model(s) to sweep; repeat for several.")],
+    out: Annotated[Path, typer.Option("--out", help="Results JSONL (one line per finished case).")],
+    clusters: Annotated[
+        str | None, typer.Option("--clusters", help="Comma-separated clusters (names or inline forms).")
+    ] = None,
+    mix: Annotated[
+        list[str] | None, typer.Option("--mix", help="DEVICE:MIN-MAX:STEP counts to combine; repeatable.")
+    ] = None,
+    budget: Annotated[str | None, typer.Option("--budget", help="devices<=N and/or price<=X.")] = None,
+    prices: Annotated[str | None, typer.Option("--prices", help="Per device-hour, e.g. h800=2.5,910b=1.2.")] = None,
+    backend: Annotated[str, typer.Option("--backend", help="local (process pool) or ray.")] = "local",
+    address: Annotated[str | None, typer.Option("--address", help="Join an existing Ray cluster.")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", help="Parallel cases (default: CPUs).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Skip cases already in --out.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Start --out afresh.")] = False,
+    solver: Annotated[str, typer.Option("--solver", help="dp, cpsat, milp or auto.")] = "dp",
+    time_limit: Annotated[
+        float | None, typer.Option("--time-limit", help="Seconds per case, > 0 (default 60).")
+    ] = None,
+    gbs: GbsOpt = None,
+    seq: SeqOpt = None,
+    family: Annotated[str | None, typer.Option("--family", help="megatron, hetero or both.")] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="PNG: throughput vs devices (or price), Pareto front.")
+    ] = None,
+    x: Annotated[str, typer.Option("--x", help="x axis of --plot: devices or price.")] = "devices",
+    as_json: JsonOpt = False,
+) -> None:
+    """Solve many (model x cluster mix x settings) cases, locally or on Ray; resumable."""
+    from hapmoe_milp import render
+    from hapmoe_milp.api import make_settings
+    from hapmoe_milp.config import check_choice
+    from hapmoe_milp.fileio import check_output_file
+    from hapmoe_milp.sweep import best_table, cases_from_clusters, cases_from_mix, parse_prices, plot_sweep, run_sweep
+
+    if (clusters is None) == (not mix):
+        raise SettingsError("give either --clusters or --mix", field="--clusters")
+    with flags():
+        if family is not None:
+            check_choice("family", family, ("both", "megatron", "hetero"))
+        check_choice("x", x, ("devices", "price"))
+        for ref in model:  # the settings layer checks --gbs/--seq against each model's defaults
+            make_settings(catalog_model(ref), None, global_batch_size=gbs, seq_length=seq)
+    if plot is not None:
+        from hapmoe_milp.plot import require_matplotlib
+
+        check_output_file(plot, "--plot")
+        require_matplotlib("--plot")
+    grid: dict[str, list[Any]] = {}
+    for k, v in (("global_batch_size", gbs), ("seq_length", seq), ("family", family)):
+        if v is not None:
+            grid[k] = [v]
+    price_map = parse_prices(prices)
+    if clusters is not None:
+        names = [n.strip() for n in clusters.split(",") if n.strip()]
+        cases = cases_from_clusters(model, names, grid or None, prices=price_map)
+    else:
+        cases = cases_from_mix(
+            model, list(mix or ()), budget, prices=price_map, settings_grid=grid or None, catalog=STATE.catalog
+        )
+    with stdout_to_stderr():
+        summary = run_sweep(
+            cases,
+            out,
+            backend=backend,
+            workers=workers,
+            address=address,
+            resume=resume,
+            overwrite=overwrite,
+            time_limit=time_limit,
+            solver=solver,
+            progress=stderr_is_tty(),
+            catalog=STATE.catalog,
+        )
+    best = best_table(summary.rows)
+    if plot is not None:
+        plot_sweep(summary.rows, plot, x=x)  # type: ignore[arg-type]
+    if as_json:
+        emit_json(
+            {
+                "out": str(summary.out),
+                "total": summary.total,
+                "skipped": summary.skipped,
+                "ran": summary.ran,
+                "ok": summary.ok,
+                "errors": summary.errors,
+                "wall_s": summary.wall_s,
+                "best": best,
+            }
+        )
+        return
+    render.console().print(render.best_mixes_table(best, summary))
