@@ -31,8 +31,6 @@ OFFLOAD_CHOICES = ("auto", True, False)
 # Search time is a product feature: unless told otherwise, stop after a minute and return the best plan
 # found (status "timeout" with its certificate) rather than keep the user waiting.
 DEFAULT_TIME_LIMIT = 60.0
-# Export targets are runtimes (hapmoe_milp.runtimes): each runs one plan family.
-TARGET_FAMILY = {name: rt.family for name, rt in RUNTIMES.items()}
 # A cluster this large with the model's default global batch is checked for idle devices (see idle_warning)
 LARGE_CLUSTER = 64
 
@@ -87,22 +85,6 @@ def finalize(sol: Solution, model: ModelSpec, cluster: ClusterSpec, settings: Se
     pred = est.to_dict()
     plan = plan.with_predicted(pred, sol.certificate())
     return replace(sol, plan=plan)
-
-
-def families_for(family: str, target: str | None) -> str:
-    """The family to search: ``family`` itself, narrowed to what an export ``target`` can run."""
-    check_choice("family", family, FAMILY_CHOICES)
-    if target is None:
-        return family
-    check_choice("export", target, tuple(TARGET_FAMILY))
-    need = TARGET_FAMILY[target]
-    if family not in ("both", need):
-        raise SettingsError(
-            f"{target} runs {need}-family plans only, and --family asks for {family}; drop --family or change "
-            "the export target",
-            field="family",
-        )
-    return need
 
 
 def search_spaces(
@@ -349,7 +331,6 @@ __all__ = [
     "DEFAULT_TIME_LIMIT",
     "HapmoeError",
     "estimate_plan",
-    "families_for",
     "idle_warning",
     "make_settings",
     "resolve",
