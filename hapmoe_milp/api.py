@@ -15,7 +15,7 @@ from hapmoe_milp.config import Settings, check_choice, check_time_limit
 from hapmoe_milp.cost.estimate import Estimate, estimate
 from hapmoe_milp.errors import HapmoeError, InfeasibleError, SettingsError, SolverError
 from hapmoe_milp.plan import Plan, check_plan
-from hapmoe_milp.runtimes import ANY, AUTO, RUNTIMES, Runtime, settings_problem
+from hapmoe_milp.runtimes import ANY, AUTO, RUNTIMES, Runtime, searched_families, settings_problem
 from hapmoe_milp.runtimes import resolve as resolve_runtimes
 from hapmoe_milp.search.solution import Progress, Solution
 from hapmoe_milp.space import Pruning
@@ -108,11 +108,11 @@ def search_spaces(
             )
         if runtime not in (AUTO, export):
             raise SettingsError(f"is {runtime}, but --export asks for {export}; give one of them", field="runtime")
-        need = RUNTIMES[export].family
-        if family not in ("both", need):
+        need = searched_families(RUNTIMES[export])
+        if family not in ("both", *need):
             raise SettingsError(
-                f"{export} runs {need}-family plans only, and --family asks for {family}; drop --family or change "
-                "the export target",
+                f"{export} runs {need[0]}-family plans only, and --family asks for {family}; drop --family or "
+                "change the export target",
                 field="family",
             )
         runtime, flag = export, "export"
@@ -132,15 +132,17 @@ def search_spaces(
                 raise SettingsError(problem, field=flag)
             why.append(problem)
             continue
-        if rt.family in fams and rt.family not in out:
-            out[rt.family] = rt
+        for fam in searched_families(rt):  # single-vendor runtimes come first: they keep VPP and CP
+            if fam in fams and fam not in out:
+                out[fam] = rt
     if not out:
         names = ", ".join(r.name for r in found)
         if why:
             raise SettingsError(f"no runtime runs this search on cluster {cluster.name}: {'; '.join(why)}", field=flag)
+        runs = sorted({f for r in found for f in searched_families(r)})
         raise SettingsError(
             f"asks for {family}-family plans, and {names} (what runs cluster {cluster.name}) runs "
-            f"{' and '.join(sorted({r.family for r in found}))}-family plans; drop --family or use --runtime any",
+            f"{' and '.join(runs)}-family plans; drop --family or use --runtime any",
             field="family",
         )
     return out

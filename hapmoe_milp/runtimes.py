@@ -320,6 +320,13 @@ def get(name: str) -> Runtime:
     return rt
 
 
+def searched_families(rt: Runtime) -> tuple[Family, ...]:
+    """The plan families a search for ``rt`` covers: a per-stage-mesh runtime (FlagScale) also runs the
+    one-mesh plans, a special case of its meshes (under its own rules: no VPP, CP 1, two stages per later
+    mesh); searching them too gives its search a fast first plan and uniform selective recompute."""
+    return ("megatron", "hetero") if rt.family == "hetero" else ("megatron",)
+
+
 def cluster_vendors(cluster: ClusterSpec) -> frozenset[str]:
     return frozenset(cluster.device(d).vendor for d in cluster.device_types)
 
@@ -396,6 +403,7 @@ __all__ = [
     "record",
     "resolve",
     "runtimes_for",
+    "searched_families",
     "settings_problem",
     "shared_embedding",
 ]

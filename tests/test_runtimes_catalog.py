@@ -28,7 +28,7 @@ from tests.test_export_mindspeed import mindspeed_accepts
 CAT = Catalog()
 MODELS = ["mixtral-s", "mixtral-l", "deepseek-v3", "qwen3-235b-a22b", "deepseek-v2-lite"]
 CASES = [(m, c) for c in CAT.cluster_names() for m in MODELS]
-TIME_LIMITS = (4.0, 15.0)
+TIME_LIMITS = (6.0, 60.0)  # a busy machine may need the longer one for the largest models
 
 
 def _solve(model: str, cluster: str):
