@@ -21,7 +21,8 @@ from hapmoe_milp.search.solution import Progress, Solution
 from hapmoe_milp.space import Pruning
 from hapmoe_milp.specs.catalog import Catalog
 from hapmoe_milp.specs.cluster import ClusterSpec, check_size
-from hapmoe_milp.specs.model import ModelSpec, validate_model
+from hapmoe_milp.specs.model import ModelSpec
+from hapmoe_milp.specs.model_doc import validate_model
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +88,28 @@ def finalize(sol: Solution, model: ModelSpec, cluster: ClusterSpec, settings: Se
     return replace(sol, plan=plan)
 
 
+def model_problem(rt: Runtime, model: ModelSpec | None) -> str | None:
+    """Why ``rt`` cannot build ``model`` at all (None when it can): a hybrid model where the runtime
+    builds GPT models only, or an architecture Megatron-Core lacks (every runtime here builds with it)."""
+    from hapmoe_milp.export.megatron_arch import megatron_gaps
+
+    if model is None:
+        return None
+    if model.is_hybrid and not rt.hybrid:
+        return f"{rt.title} builds GPT models only here, {model.name} is a hybrid (Mamba) model"
+    for gap in megatron_gaps(model):
+        if gap.blocking:
+            return f"{rt.title} builds models with Megatron-Core, which cannot build {model.name}: {gap.feature}"
+    return None
+
+
 def search_spaces(
-    runtime: str, cluster: ClusterSpec, settings: Settings, family: str = "both", export: str | None = None
+    runtime: str,
+    cluster: ClusterSpec,
+    settings: Settings,
+    family: str = "both",
+    export: str | None = None,
+    model: ModelSpec | None = None,
 ) -> dict[str, Runtime | None]:
     """Plan family -> the runtime whose rules its plans must meet, for a ``runtime`` choice.
 
@@ -126,7 +147,7 @@ def search_spaces(
     out: dict[str, Runtime | None] = {}
     why: list[str] = []
     for rt in found:
-        problem = settings_problem(rt, cluster, settings.precision, settings.dispatcher)
+        problem = settings_problem(rt, cluster, settings.precision, settings.dispatcher) or model_problem(rt, model)
         if problem is not None:
             if runtime != AUTO:
                 raise SettingsError(problem, field=flag)
@@ -194,7 +215,7 @@ def solve(
     limit = DEFAULT_TIME_LIMIT if time_limit is None else check_time_limit(time_limit)
     m, c = resolve(model, cluster, catalog)
     st = make_settings(m, settings, **settings_kw)
-    spaces = search_spaces(runtime, c, st, family, export)
+    spaces = search_spaces(runtime, c, st, family, export, m)
     tries = [st]
     if optimizer_offload == "auto":
         if not st.optimizer_offload:

@@ -440,8 +440,8 @@ def build_instances(
     the rules tying stages together, :attr:`Instance.stage_rules`, which the solvers enforce).
     """
     pr = pruning or Pruning()
-    if runtime is not None and not runtime.vpp:
-        max_vpp = 1
+    if runtime is not None and (not runtime.vpp or model.is_hybrid):
+        max_vpp = 1  # the runtime has none, or Megatron's hybrid (Mamba) stack has none
     cm = cost_model or CostModel(model, cluster, settings)
     cache: dict[tuple[int, int], list[ParallelConfig]] = {}
     lead = vpp_lead(model)

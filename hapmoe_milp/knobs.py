@@ -57,7 +57,11 @@ def plan_from_knobs(
         vpp = len(parse_layout(layout)) // pp
     else:
         if n_layers % pp:
-            raise PlanError(f"{n_layers} layers do not split evenly over pp={pp}; give a layout", field="pp")
+            what = f"{n_layers} layers"
+            if model.mtp_num_layers:
+                mtp = model.mtp_num_layers
+                what += f" ({model.num_layers} decoder layers + {mtp} MTP layer{'s' if mtp > 1 else ''})"
+            raise PlanError(f"{what} do not split evenly over pp={pp}; give a layout", field="pp")
         counts = [n_layers // pp] * pp
     stages = []
     pos = 0

@@ -41,7 +41,8 @@ from hapmoe_milp.limits import MAX_LAYERS, MAX_VPP
 from hapmoe_milp.runtimes import ANY, RUNTIMES, Runtime, record
 from hapmoe_milp.specs._fields import Fields, check_name, load_document, show
 from hapmoe_milp.specs.cluster import ClusterSpec, cluster_hash, cluster_to_dict, device_hash
-from hapmoe_milp.specs.model import ModelSpec, model_hash, model_to_dict
+from hapmoe_milp.specs.model import ModelSpec
+from hapmoe_milp.specs.model_doc import model_hash, model_to_dict
 
 log = logging.getLogger(__name__)
 
@@ -484,7 +485,7 @@ def plan_from_dict(doc: dict[str, Any], source: str, catalog: Any = None) -> Pla
 def _embedded_model(doc: dict[str, Any] | None, name: str, sha: str | None, source: str) -> ModelSpec | None:
     if doc is None:
         return None
-    from hapmoe_milp.specs.model import model_from_dict
+    from hapmoe_milp.specs.model_doc import model_from_dict
 
     m = model_from_dict(doc, f"{source}: model.spec")
     if m.name != name:

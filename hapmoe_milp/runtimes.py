@@ -88,7 +88,9 @@ class Runtime:
     - ``mesh_min_stages``: every mesh (run of identical consecutive stages) after the first holds at
       least this many stages;
     - ``mtp_with_decoder``: the last stage holds a decoder layer besides the MTP layers (the runtime's
-      layer split counts decoder layers per stage, each at least one).
+      layer split counts decoder layers per stage, each at least one);
+    - ``hybrid``: it builds hybrid (Mamba) models (Megatron's ``pretrain_mamba.py``), which then run
+      without virtual pipeline stages (Megatron's MambaStack).
 
     Settings-facing fields: ``fp8_vendors``, ``dispatchers``, ``recompute_modules``.
     ``cites`` maps every field name above (and ``vendors``) to its :class:`Source`, and records what all
@@ -109,6 +111,7 @@ class Runtime:
     edge_dp_divisible: bool
     mesh_min_stages: int
     mtp_with_decoder: bool
+    hybrid: bool
     fp8_vendors: frozenset[str]
     dispatchers: tuple[str, ...]
     recompute_modules: tuple[str, ...]
@@ -142,6 +145,7 @@ SEARCH_FIELDS = (
     "edge_dp_divisible",
     "mesh_min_stages",
     "mtp_with_decoder",
+    "hybrid",
     "fp8_vendors",
     "dispatchers",
     "recompute_modules",
@@ -163,6 +167,7 @@ def _megatron_cites(repo: str, commit: str) -> dict[str, Source]:
         "mtp_with_decoder": Source(repo, commit, "megatron/core/transformer/pipeline_parallel_layer_layout.py",
                                    "the layout places MTP ('t') in the last stage, decoder layers optional"),
         "dispatchers": Source(repo, commit, _MG_ARGS, "--moe-token-dispatcher-type allgather|alltoall|flex"),
+        "hybrid": Source(repo, commit, "pretrain_mamba.py", "hybrid models through the Mamba stack"),
         "optimizer_offload": Source(repo, commit, _MG_ARGS, "--optimizer-cpu-offload with --use-precision-aware-optimizer"),
         "recompute_modules": Source(repo, commit, _MG_ARGS, "--recompute-modules layernorm moe_act"),
     }  # fmt: skip
@@ -183,6 +188,7 @@ MEGATRON = Runtime(
     edge_dp_divisible=True,
     mesh_min_stages=1,
     mtp_with_decoder=False,
+    hybrid=True,
     fp8_vendors=frozenset({"nvidia"}),
     dispatchers=("allgather", "alltoall", "flex"),
     recompute_modules=("layernorm", "moe_act"),
@@ -211,6 +217,7 @@ ROCM = Runtime(
     edge_dp_divisible=True,
     mesh_min_stages=1,
     mtp_with_decoder=False,
+    hybrid=True,
     fp8_vendors=frozenset({"amd"}),
     dispatchers=("allgather", "alltoall"),
     recompute_modules=("layernorm", "moe_act"),
@@ -241,6 +248,7 @@ MINDSPEED = Runtime(
     edge_dp_divisible=True,
     mesh_min_stages=1,
     mtp_with_decoder=True,
+    hybrid=False,
     fp8_vendors=frozenset(),
     dispatchers=("allgather", "alltoall"),
     recompute_modules=("layernorm", "moe_act"),
@@ -253,6 +261,7 @@ MINDSPEED = Runtime(
                                    "num_layer_list counts decoder layers per stage; MTP rides on the last"),
         "fp8_vendors": Source(_MS, MINDSPEED_COMMIT, "README.md", "no FP8 on Atlas 800T A2 (910B)"),
         "dispatchers": Source(_MG, MEGATRON_012, _MG_ARGS, "flex needs DeepEP, a CUDA library"),
+        "hybrid": Source(_MS, MINDSPEED_COMMIT, "pretrain_gpt.py", "our export launches its GPT entry point"),
     },
 )  # fmt: skip
 
@@ -280,6 +289,7 @@ _FS_CITES = {
                               "pipeline_model_parallel_size > 1 (pre_validate_args sets it to the mesh's pp)"),
     "mtp_with_decoder": Source(_FS, FLAGSCALE_COMMIT, _FS_ARGS,
                                "hetero_pipeline_layer_split counts decoder layers; MTP on the last stage"),
+    "hybrid": Source(_FS, FLAGSCALE_COMMIT, "flagscale/train/train_gpt.py", "the hetero entry builds GPT models"),
     "fp8_vendors": Source(_FS, FLAGSCALE_COMMIT, "flagscale/backends/Megatron-LM", "FP8 through Transformer Engine"),
     "dispatchers": Source(_FS, FLAGSCALE_COMMIT, "examples/deepseek_v3/conf/train/hetero.yaml",
                           "alltoall; flex (DeepEP) is CUDA-only"),
@@ -303,6 +313,7 @@ FLAGSCALE = Runtime(
     edge_dp_divisible=True,
     mesh_min_stages=2,
     mtp_with_decoder=True,
+    hybrid=False,
     fp8_vendors=frozenset({"nvidia"}),
     dispatchers=("allgather", "alltoall"),
     recompute_modules=("layernorm", "moe_act"),

@@ -42,6 +42,7 @@ from megatron.core.transformer.transformer_config import MLATransformerConfig, T
 from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
 
 from hapmoe_milp.config import ParallelConfig  # noqa: E402
+from hapmoe_milp.errors import ExportError, SpecError  # noqa: E402
 from hapmoe_milp.export import flagscale_config, megatron_args, parse_megatron_args  # noqa: E402
 from hapmoe_milp.export.common import plan_chunks, rank_slots  # noqa: E402
 from hapmoe_milp.export.flagscale import process_meshes  # noqa: E402
@@ -160,6 +161,11 @@ NOT_CONFIG = {
     "overlap_grad_reduce",
     "overlap_param_gather",
     "make_vocab_size_divisible_by",
+    # GPTModel / MambaModel constructor arguments (megatron/training gpt_builders, pretrain_mamba.py), not
+    # TransformerConfig fields
+    "rotary_percent",
+    "hybrid_override_pattern",
+    "spec",
 }
 # flags that configure the optimizer (OptimizerConfig, checked by optimizer_config_from_args)
 OPTIMIZER_FLAGS = {
@@ -196,8 +202,12 @@ def config_from_args(parsed: dict[str, Any]) -> TransformerConfig:
             kw["add_bias_linear"] = False
         elif k == "bf16":
             kw.update(bf16=True, params_dtype=torch.bfloat16)
-        elif k == "moe_layer_freq":
+        elif k in ("moe_layer_freq", "no_rope_freq", "linear_attention_freq"):
             kw[k] = moe_freq_type(v)
+        elif k == "squared_relu":  # validate_args: activation_func = squared_relu, no GLU
+            from megatron.core.activations import squared_relu
+
+            kw.update(activation_func=squared_relu, gated_linear_unit=False, bias_activation_fusion=False)
         elif k == "recompute_modules":
             kw[k] = v if isinstance(v, list) else [v]
         elif k in RENAMED:
@@ -496,3 +506,77 @@ def test_null_vocab_probe_on_the_installed_megatron_core(tmp_path: Any) -> None:
     mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     assert mod.NullTokenizer(arg).vocab_size == want
+
+
+# ---------------------------------------------------------------------- current MoE families (issue 22)
+H100_64 = CAT.cluster("64-h100")
+H100_256 = CAT.cluster("256xh100")
+FAMILY_PLANS = [
+    # catalog id, per-stage layers, mesh, cluster
+    ("kimi-k2", [16, 15, 15, 15], ParallelConfig(tp=1, dp=64, ep=64), H100_256),
+    ("glm-4.5", [24, 23, 23, 23], ParallelConfig(tp=2, dp=32, ep=32), H100_256),
+    ("glm-4.5-air", [12, 12, 12, 11], ParallelConfig(tp=2, dp=8, ep=16), H100_64),
+    ("qwen3-next-80b-a3b", [12, 12, 12, 12], ParallelConfig(tp=2, dp=8, ep=16), H100_64),
+    ("llama-4-scout", [12, 12, 12, 12], ParallelConfig(tp=2, dp=8, ep=16), H100_64),
+    ("llama-4-maverick", [12, 12, 12, 12], ParallelConfig(tp=2, dp=32, ep=64), H100_256),
+    ("granite-3.0-3b-a800m", [16, 16], ParallelConfig(tp=1, dp=32, ep=8), H100_64),
+    ("hunyuan-a13b", [8, 8, 8, 8], ParallelConfig(tp=2, dp=8, ep=16), H100_64),
+    ("minimax-m2", [17, 16, 16, 16], ParallelConfig(tp=2, dp=8, ep=16), H100_64),
+    ("dots-llm1", [16, 16, 15, 15], ParallelConfig(tp=2, dp=8, ep=16), H100_64),
+    ("ling-lite", [14, 14], ParallelConfig(tp=1, dp=32, ep=32), H100_64),
+    ("nemotron-3-nano-30b-a3b", [14, 14, 14, 10], ParallelConfig(tp=2, dp=8, ep=16), H100_64),
+    ("deepseek-v3", [16, 16, 16, 14], ParallelConfig(tp=1, dp=64, ep=64), H100_256),
+]
+
+
+@pytest.mark.parametrize("case", FAMILY_PLANS, ids=[c[0] for c in FAMILY_PLANS])
+def test_megatron_core_accepts_current_families(case: tuple[str, list[int], ParallelConfig, ClusterSpec]) -> None:
+    """The exported arguments of each family build megatron-core's TransformerConfig, whose __post_init__
+    runs the rules for gated DeltaNet, group-limited routing, NoPE frequency, output gate, MoE and hybrid
+    models; Megatron's hybrid allocator accepts the layer pattern."""
+    mid, counts, cfg, cluster = case
+    model = CAT.model(mid)
+    devices = ["h100"] * len(counts)
+    plan = make_plan(counts, devices, cfg, model, cluster)
+    assert [v for v in validate(plan, model, cluster, "megatron") if v.severity == "error"] == []
+    parsed = parse_megatron_args(megatron_args(plan, model, cluster))
+    config = config_from_args(parsed)
+    assert config.num_layers == model.num_layers
+    if model.moe_router_num_groups:
+        assert (config.moe_router_num_groups, config.moe_router_group_topk) == (
+            model.moe_router_num_groups,
+            model.moe_router_group_topk,
+        )
+    if model.has_linear_attention:
+        assert config.experimental_attention_variant == "gated_delta_net" and config.attention_output_gate
+    if model.is_hybrid:
+        from megatron.core.ssm.mamba_hybrid_layer_allocation import allocate_layers
+
+        assert config.is_hybrid_model
+        pattern = allocate_layers(model.num_layers, 0.0, 0.0, parsed["hybrid_override_pattern"])
+        assert "".join(pattern) == model.hybrid_override_pattern
+    else:
+        got = mcore_chunks(config, plan.pp, plan.vpp)
+        assert [sum(d + m for d, m in row) for row in got] == plan.layer_counts()
+
+
+def test_megatron_core_rejects_bad_router_groups_like_us() -> None:
+    """Experts that do not split into the groups: TransformerConfig asserts, our spec refuses it first."""
+    from hapmoe_milp.specs.model_doc import validate_model
+
+    bad = replace(DSV3, moe_router_num_groups=7)
+    with pytest.raises(SpecError, match="moe_router_num_groups"):
+        validate_model(bad, "test")
+    plan = make_plan([16, 16, 16, 14], ["h800"] * 4, DS16, DSV3, C256)
+    args = _edit(megatron_args(plan, DSV3, C256), set_={"--moe-router-num-groups": "7"})
+    with pytest.raises((ValueError, AssertionError)):
+        config_from_args(parse_megatron_args(args))
+
+
+def test_jamba_export_names_the_runtime() -> None:
+    jamba = CAT.model("jamba-v0.1")
+    plan = make_plan([32, 32], ["h100", "h100"], ParallelConfig(tp=2, dp=16, ep=16), jamba, H100_64)
+    found = {v.rule: v.message for v in validate(plan, jamba, H100_64, "megatron")}
+    assert "Mamba-1" in found["rule_megatron_architecture"] and "transformers" in found["rule_megatron_architecture"]
+    with pytest.raises(ExportError, match="JambaForCausalLM"):
+        megatron_args(plan, jamba, H100_64)

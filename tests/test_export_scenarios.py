@@ -1,11 +1,11 @@
 """Every HAPMoE Table 1 scenario's best plan exports cleanly for the runtime that runs it.
 
-megatron-family plans are searched for the one-mesh runtime of the cluster's vendor (Megatron-LM on
-H800, MindSpeed-LLM on 910B, the ROCm fork on MI300X) and pass its validators (and, for the Megatron-LM
-command line when megatron-core is installed, the Megatron-Core oracle: layout parser, TransformerConfig,
-model-parallel init on a fake process group). A cross-vendor cluster has no one-mesh runtime: the search
-refuses the megatron family there, and the what-if plan fails the vendor rule. hetero-family plans pass
-the FlagScale validators.
+megatron-family plans are searched for the runtime that runs them on the cluster: the one-mesh runtime
+of its vendor (Megatron-LM on H800, MindSpeed-LLM on 910B, the ROCm fork on MI300X), whose validators
+they pass (and, for Megatron-LM's command line when megatron-core is installed, the Megatron-Core oracle:
+layout parser, TransformerConfig, model-parallel init on a fake process group); across vendors FlagScale,
+whose meshes run one-mesh plans too (no VPP there), while the what-if plan fails Megatron-LM's vendor
+rule. hetero-family plans pass the FlagScale validators.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import pytest
 
 from hapmoe_milp.api import solve
-from hapmoe_milp.errors import SettingsError
 from hapmoe_milp.export.megatron import megatron_args
 from hapmoe_milp.export.validate import validate
 from hapmoe_milp.runtimes import runtimes_for
@@ -37,8 +36,9 @@ def _one_mesh_plan(catalog, model_name: str, cluster: str):
     cl = catalog.cluster(cluster)
     one_mesh = [r.name for r in runtimes_for(cl) if r.family == "megatron"]
     if not one_mesh:
-        with pytest.raises(SettingsError, match="asks for megatron-family plans"):
-            solve(model_name, cluster, family="megatron", catalog=catalog, time_limit=5)
+        plan = solve(model_name, cluster, family="megatron", catalog=catalog).plan
+        assert plan.runtime == "flagscale" and plan.vpp == 1
+        assert validate(plan, catalog.model(model_name), cl, "flagscale") == []
         what_if = solve(model_name, cluster, family="megatron", runtime="any", catalog=catalog, time_limit=20).plan
         assert "rule_runtime_vendors" in {v.rule for v in validate(what_if, catalog.model(model_name), cl, "megatron")}
         return None, None

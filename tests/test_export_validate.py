@@ -155,7 +155,17 @@ PREFIX_SPLIT = plan(
 OFFLOAD_MG = GOOD_MG.with_settings(GOOD_MG.settings().with_(optimizer_offload=True))
 OFFLOAD_FS = GOOD_FS.with_settings(GOOD_FS.settings().with_(optimizer_offload=True))
 
+# a hybrid (Mamba) mixtral-s: Mamba-2 / MoE / attention / MoE, six times (issue 22)
+HYBRID = replace(MIX, hybrid_override_pattern="ME*E" * 6, swiglu=False, squared_relu=True)
+CHUNKED = replace(MIX, attention_chunk_size=1024, no_rope_freq=4)
+
 CASES: list[Case] = [
+    Case(
+        "rule_megatron_architecture", plan([12, 12], HH, G8, cluster="16-1-h"), model=replace(HYBRID, mamba_version=1)
+    ),
+    Case("rule_megatron_attention_differs", GOOD_MG, model=CHUNKED),
+    Case("rule_runtime_hybrid", GOOD_FS, "flagscale", model=HYBRID),
+    Case("rule_hybrid_pipeline_split", GOOD_MG, model=HYBRID),
     Case(
         "rule_offload_flags",
         OFFLOAD_MG,
@@ -448,6 +458,12 @@ def test_rule_trips(case: Case) -> None:
         (plan([16, 16], HH, pc(tp=2, dp=4), cluster="16-1-h"), "megatron", DENSE, H16),
         (GOOD_MS, "mindspeed", MIX, A16),
         (plan([12, 12], ["910b"] * 2, G8, cluster="16-2-h"), "mindspeed", MIX, A16),
+        (
+            plan([14, 10], HH, G8, cluster="16-1-h"),
+            "megatron",
+            HYBRID,
+            H16,
+        ),  # Megatron's hybrid stack: first-stage flag
     ],
 )
 def test_good_plans_have_no_violations(p: Plan, target: str, model: ModelSpec, cluster: ClusterSpec) -> None:

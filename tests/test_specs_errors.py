@@ -23,8 +23,8 @@ from hapmoe_milp.errors import HapmoeError, SpecError
 from hapmoe_milp.specs import Catalog
 from hapmoe_milp.specs._fields import load_document
 from hapmoe_milp.specs.device import PRIMITIVES
-from hapmoe_milp.specs.hf_import import model_from_hf_config
-from hapmoe_milp.specs.model import model_from_dict
+from hapmoe_milp.specs.hf import model_from_hf_config
+from hapmoe_milp.specs.model_doc import model_from_dict
 
 CAT = Catalog()
 SETTINGS = settings(

@@ -13,8 +13,8 @@ import pytest
 
 from hapmoe_milp.errors import HapmoeError, SpecError
 from hapmoe_milp.specs import Catalog
-from hapmoe_milp.specs.hf_import import load_hf_config, model_from_hf_config
-from hapmoe_milp.specs.model import load_model_file
+from hapmoe_milp.specs.hf import load_hf_config, model_from_hf_config
+from hapmoe_milp.specs.loader import load_model_file
 
 CAT = Catalog()
 

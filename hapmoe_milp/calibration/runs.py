@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hapmoe_milp.config import DISPATCHERS
 from hapmoe_milp.errors import SpecError
 from hapmoe_milp.specs._fields import Fields, load_document
-from hapmoe_milp.specs.model import DISPATCHERS
 
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp8")

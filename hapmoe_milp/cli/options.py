@@ -94,7 +94,7 @@ def plan_with_specs(plan_path: Path, model: str | None, cluster: str | None) -> 
     what the plan was solved with, the given one wins and a warning says so."""
     from hapmoe_milp.plan import load_plan
     from hapmoe_milp.specs.cluster import cluster_hash
-    from hapmoe_milp.specs.model import model_hash
+    from hapmoe_milp.specs.model_doc import model_hash
 
     src = str(plan_path)
     p = load_plan(plan_path, STATE.catalog)

@@ -25,6 +25,8 @@ Counted per forward (each is one kernel unless said otherwise):
   all-gather and a reduce-scatter of the routed tokens (2); each context-parallel ring step adds a send,
   a receive and an attention-output correction (3).
 - FP8 adds one quantisation kernel per GEMM input.
+- gated DeltaNet and Mamba mixers: ``cost.mixers`` (``GDN_KERNELS``, ``MAMBA2_KERNELS``, ``MAMBA1_KERNELS``);
+  a hybrid model's one-sub-layer layers count only their sub-layer (and half the SP collectives).
 
 Backward: two GEMMs (data and weight gradient) per forward GEMM, and 1.5 kernels per other forward
 kernel (its gradient plus gradient accumulation/casts on about half of them). Full recompute re-runs the
@@ -39,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hapmoe_milp.config import ParallelConfig
+from hapmoe_milp.cost.mixers import GDN_KERNELS, MAMBA1_KERNELS, MAMBA2_KERNELS
 from hapmoe_milp.specs.model import LayerKind, ModelSpec
 
 ATTN_GQA = (7, 2)  # (kernels, of which GEMMs)
@@ -67,10 +70,9 @@ class LayerKernels:
 def layer_kernels(
     m: ModelSpec, cfg: ParallelConfig, kind: LayerKind, dispatcher: str, precision: str, recompute: str
 ) -> LayerKernels:
-    is_moe = kind == "moe" or (kind == "mtp" and m.mtp_is_moe)
-    k, g = ATTN_MLA if m.multi_latent_attention else ATTN_GQA
-    if m.qk_layernorm and not m.multi_latent_attention:
-        k += QK_NORM
+    mixer, mlp = m.kind_parts(kind)
+    is_moe = mlp == "moe"
+    k, g = _mixer_kernels(m, mixer)
     syncs = 0.0
     if is_moe:
         local = max(1, (m.num_experts or 1) // cfg.ep)
@@ -82,14 +84,14 @@ def layer_kernels(
         if cfg.etp > 1:
             k += ETP_COLLECTIVES
         syncs = 1.0
-    else:
+    elif mlp == "dense":
         k += DENSE_MLP[0]
         g += DENSE_MLP[1]
     if kind == "mtp":
         k += MTP_EXTRA[0]
         g += MTP_EXTRA[1]
     if cfg.tp > 1:
-        k += SP_COLLECTIVES
+        k += SP_COLLECTIVES * ((mixer is not None) + (mlp is not None)) // 2
     if cfg.cp > 1:
         k += CP_PER_STEP * (cfg.cp - 1)
     if precision == "fp8":
@@ -100,3 +102,15 @@ def layer_kernels(
         bwd += k
         syncs_b = syncs
     return LayerKernels(fwd=float(k), bwd=float(bwd), syncs_fwd=syncs, syncs_bwd=syncs_b)
+
+
+def _mixer_kernels(m: ModelSpec, mixer: str | None) -> tuple[int, int]:
+    """(kernels, of which GEMMs) of a layer's token mixer, forward."""
+    if mixer == "attention":
+        k, g = ATTN_MLA if m.multi_latent_attention else ATTN_GQA
+        return (k + QK_NORM if m.qk_layernorm and not m.multi_latent_attention else k), g
+    if mixer in ("gdn", "mamba"):
+        if mixer == "gdn":
+            return GDN_KERNELS
+        return MAMBA1_KERNELS if m.mamba_version == 1 else MAMBA2_KERNELS
+    return 0, 0

@@ -18,6 +18,7 @@ import numpy as np
 
 from hapmoe_milp.config import ParallelConfig, Recompute, Settings
 from hapmoe_milp.cost.kernels import layer_kernels
+from hapmoe_milp.cost.mixers import mixer_cost, mixer_cp_bytes, mixer_out_width, recomputed_activations
 from hapmoe_milp.cost.primitives import (
     BF16,
     FP32,
@@ -25,11 +26,11 @@ from hapmoe_milp.cost.primitives import (
     attention_time,
     collective_time,
     dispatch_time,
-    distinct_groups,
     gemm_time,
     host_overhead,
     memory_time,
 )
+from hapmoe_milp.cost.routing import distinct_destinations
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.device import DeviceSpec
 from hapmoe_milp.specs.model import LayerKind, ModelSpec
@@ -140,23 +141,19 @@ class CostModel:
         tp, cp = cfg.tp, cfg.cp
         t = b * S / cp
         ts = t / tp  # sequence-parallel shard
-        is_moe = kind == "moe" or (kind == "mtp" and m.mtp_is_moe)
+        mixer, mlp_kind = m.kind_parts(kind)
+        is_moe = mlp_kind == "moe"
 
-        # ---- attention: projections (GEMMs, TP-sharded output dims) and flash-style core
-        f_comp = 0.0
-        attn_lin = self._attention_gemms(dev, t, tp, prec)
-        # causal: each query sees S/2 keys on average (fewer under a sliding window)
-        core_flops_f = t * S * self._core_macs() * 2 / tp * m.attention_keys_factor(S)
-        attn_core_f = attention_time(dev, core_flops_f, S, backward=False)
-        attn_core_b = attention_time(dev, 2.5 * core_flops_f, S, backward=True)
-        f_comp += attn_lin + attn_core_f
-        b_comp = 2 * attn_lin + attn_core_b
-        elem = memory_time(dev, ELEMENTWISE_PASSES_H * ts * h * BF16)
+        # ---- token mixer: attention (projections and flash-style core), or gated DeltaNet / Mamba
+        f_comp, b_comp, attn_core_f, attn_core_b = self._mixer_time(dev, mixer, t, tp, prec)
+        # two norms and two residual adds per attention+MLP layer; half for a one-sub-layer hybrid layer
+        sublayers = (mixer is not None) + (mlp_kind is not None)
+        elem = memory_time(dev, ELEMENTWISE_PASSES_H * sublayers / 2 * ts * h * BF16)
         f_comp += elem
         b_comp += 2 * elem
 
         # ---- MLP: dense, or router + routed experts + shared experts
-        n_tp_coll = 2  # attention AG + RS (forward)
+        n_tp_coll = 2 if mixer else 0  # the mixer's AG + RS (forward)
         routed_rows = 0.0
         if is_moe:
             E = m.num_experts or 1
@@ -175,7 +172,7 @@ class CostModel:
                 f_comp += sh
                 b_comp += 2 * sh
                 n_tp_coll += 2
-        else:
+        elif mlp_kind == "dense":
             mlp = self._mlp_gemms(dev, t, m.ffn / tp, prec)
             f_comp += mlp
             b_comp += 2 * mlp
@@ -184,12 +181,12 @@ class CostModel:
         # ---- FP8: every GEMM input is quantised first (read bf16, write fp8), activations forward and
         # output gradients backward
         if prec == "fp8":
-            ins = t * h + t * m.q_dim / tp
+            ins = t * h + t * mixer_out_width(m, mixer) / tp if mixer else 0.0
             if is_moe:
                 ins += routed_rows * (h + m.expert_ffn / cfg.etp)
                 if m.moe_shared_expert_intermediate_size:
                     ins += t * (h + m.moe_shared_expert_intermediate_size / tp)
-            else:
+            elif mlp_kind == "dense":
                 ins += t * (h + m.ffn / tp)
             cast = memory_time(dev, 3 * ins)
             f_comp += cast
@@ -215,7 +212,11 @@ class CostModel:
             )
         # ---- context parallel: ring exchange of K/V chunks, hidden behind the attention core when it can be
         cp_f = cp_b = 0.0
-        if cp > 1:
+        if cp > 1 and mixer in ("gdn", "mamba"):
+            # sequence shard -> head shard and back around the mixer, forward and backward
+            a2a = mixer_cp_bytes(m, mixer, t, tp)
+            cp_f = cp_b = 2 * self.collective(dev, did, "all_to_all", a2a, cp, tp * cp)
+        elif cp > 1 and mixer == "attention":
             kv_shards = tp if m.multi_latent_attention else min(tp, m.groups)
             kv_bytes = t * (m.kv_dim + m.v_dim) * BF16 / kv_shards
             step = self.collective(dev, did, "p2p", kv_bytes, 2, tp * cp)
@@ -256,6 +257,8 @@ class CostModel:
         dense_local = p["tp"] / tp + p["replicated"]
         exp_local = p["expert"] / (cfg.ep * cfg.etp) if p["expert"] else 0.0
         act, work = self._activations(cfg, t, kind, is_moe, recompute, routed_rows)
+        if mixer != "attention" or mlp_kind is None:
+            act, work = self._hybrid_activations(dev, cfg, t, kind, recompute, routed_rows)
         weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, exp_local)
         return LayerCost(
             fwd=fwd,
@@ -324,6 +327,69 @@ class CostModel:
         bw = self.cluster.cross.bandwidth(self.device(src), self.device(dst)) * 1e9
         return max(total_bytes / src_devices, total_bytes / dst_devices) / bw + self.cluster.cross.latency_us * 1e-6
 
+    def _mixer_time(
+        self, dev: DeviceSpec, mixer: str | None, t: float, tp: int, prec: str
+    ) -> tuple[float, float, float, float]:
+        """Forward and backward compute of a layer's token mixer, and of the attention core alone (what
+        context parallelism's ring exchange can hide behind); zeros for a layer without a mixer."""
+        m, S = self.model, self.settings.seq_length
+        if mixer == "attention":
+            attn_lin = self._attention_gemms(dev, t, tp, prec)
+            # causal: each query sees S/2 keys on average (fewer under a sliding window or in chunks)
+            core_flops_f = t * S * self._core_macs() * 2 / tp * m.attention_keys_factor(S)
+            core_f = attention_time(dev, core_flops_f, S, backward=False)
+            core_b = attention_time(dev, 2.5 * core_flops_f, S, backward=True)
+            return attn_lin + core_f, 2 * attn_lin + core_b, core_f, core_b
+        if mixer in ("gdn", "mamba"):
+            mc = mixer_cost(m, dev, mixer, t, tp, S, prec)
+            return mc.fwd, mc.bwd, 0.0, 0.0
+        return 0.0, 0.0, 0.0, 0.0
+
+    def _attention_act(self, ts: float) -> float:
+        """Stored bytes of an attention sub-layer for ``ts`` tokens of the sequence-parallel shard (see
+        :meth:`_activations`)."""
+        m, h = self.model, self.model.hidden_size
+        if m.multi_latent_attention:
+            n = m.num_attention_heads
+            qkv = 2 * n * (m.qk_head_dim + m.qk_pos_emb_head_dim) + n * m.v_head_dim
+            latent = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_pos_emb_head_dim
+            return ts * (5 * h + 2 * qkv + 2 * n * m.v_head_dim + 2 * latent)
+        qkv = m.q_dim + 2 * m.groups * m.head_dim
+        return ts * (5 * h + 2 * qkv + 2 * m.q_dim)
+
+    def _hybrid_activations(
+        self, dev: DeviceSpec, cfg: ParallelConfig, t: float, kind: LayerKind, recompute: Recompute, routed: float
+    ) -> tuple[float, float]:
+        """Stored bytes and working set of a layer that is not attention + MLP: a gated-DeltaNet mixer with
+        its MLP, or one of a hybrid model's one-sub-layer layers. The MLP part is :meth:`_activations`'
+        (an attention+MLP layer's bytes less its attention part), the mixer part :func:`mixer_cost`'s."""
+        m = self.model
+        mixer, mlp_kind = m.kind_parts(kind)
+        ts = t / cfg.tp
+        is_moe = mlp_kind == "moe"
+        mlp_act = mlp_work = 0.0
+        attn_only = self._attention_act(ts)
+        if mlp_kind:
+            ref = "moe" if is_moe else "dense"
+            full_act, full_work = self._activations(cfg, t, ref, is_moe, "none", routed)
+            mlp_act, mlp_work = full_act - attn_only, full_work - attn_only
+        if mixer == "attention":
+            mix_act = attn_only
+        elif mixer in ("gdn", "mamba"):
+            mix_act = mixer_cost(m, dev, mixer, t, cfg.tp, self.settings.seq_length, "bf16").act
+        else:
+            mix_act = 0.0
+        saved_moe = routed * self.settings.imbalance * 2 * m.expert_ffn / cfg.etp if is_moe else 0.0
+        return recomputed_activations(
+            mix_act,
+            mlp_act,
+            mlp_work,
+            (mixer is not None) + (mlp_kind is not None),
+            ts * 2 * m.hidden_size,
+            saved_moe,
+            recompute,
+        )
+
     def _core_macs(self) -> float:
         """Attention-core multiply-accumulates per (query token, key token) pair, all heads."""
         m = self.model
@@ -389,8 +455,10 @@ class CostModel:
             if st.dispatcher == "flex":
                 # DeepEP/HybridEP send a token once per distinct destination node over the network and once
                 # per distinct destination rank over NVLink (forwarded inside the receiving node)
-                inter = (nodes - 1) / nodes * distinct_groups(E, k, round(nodes)) if nodes > 1 else 0.0
-                intra = distinct_groups(E, k, cfg.ep)
+                # (group-limited routing bounds the distinct destinations: cost/routing.py)
+                g, gk = m.moe_router_num_groups, m.moe_router_group_topk
+                inter = (nodes - 1) / nodes * distinct_destinations(E, k, round(nodes), g, gk) if nodes > 1 else 0.0
+                intra = distinct_destinations(E, k, cfg.ep, g, gk)
             else:
                 # the alltoall dispatcher sends one copy per routed (token, expert) pair
                 inter = k * (1.0 - local / cfg.ep)
@@ -445,14 +513,7 @@ class CostModel:
         tp = cfg.tp
         ts = t / tp
         glu_out = 2 if m.swiglu else 1
-        if m.multi_latent_attention:
-            n = m.num_attention_heads
-            qkv = 2 * n * (m.qk_head_dim + m.qk_pos_emb_head_dim) + n * m.v_head_dim
-            latent = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_pos_emb_head_dim
-            attn = ts * (5 * h + 2 * qkv + 2 * n * m.v_head_dim + 2 * latent)
-        else:
-            qkv = m.q_dim + 2 * m.groups * m.head_dim
-            attn = ts * (5 * h + 2 * qkv + 2 * m.q_dim)
+        attn = self._attention_act(ts)
         if is_moe:
             fe = m.expert_ffn / cfg.etp
             mlp = ts * 5 * h + routed_rows * self.settings.imbalance * (2 * h + 2 * glu_out * fe + 2 * fe)

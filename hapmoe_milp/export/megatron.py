@@ -36,6 +36,7 @@ from hapmoe_milp.export.common import (
     plan_chunks,
     selective_modules,
 )
+from hapmoe_milp.export.megatron_arch import ENTRY_GPT, entry_script, feature_args, megatron_gaps, position_embedding
 from hapmoe_milp.plan import Plan, Stage
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
@@ -258,7 +259,7 @@ def model_args(model: ModelSpec) -> list[str]:
             a += ["--kv-channels", str(m.kv_channels)]
     if m.swiglu:
         a += ["--swiglu"]
-    a += ["--normalization", m.normalization, "--position-embedding-type", "rope"]
+    a += ["--normalization", m.normalization, "--position-embedding-type", position_embedding(m)]
     if m.untie_embeddings_and_output_weights:
         a += ["--untie-embeddings-and-output-weights"]
     if not m.add_bias_linear:
@@ -273,7 +274,9 @@ def model_args(model: ModelSpec) -> list[str]:
         a += ["--mtp-num-layers", str(m.mtp_num_layers)]
     if m.is_moe:
         a += ["--num-experts", str(m.num_experts), "--moe-router-topk", str(m.moe_router_topk)]
-        a += ["--moe-ffn-hidden-size", str(m.expert_ffn), "--moe-layer-freq", moe_layer_freq_arg(m)]
+        a += ["--moe-ffn-hidden-size", str(m.expert_ffn)]
+        if not m.is_hybrid:  # a hybrid model's MoE layers are the E's of its pattern
+            a += ["--moe-layer-freq", moe_layer_freq_arg(m)]
         if m.moe_shared_expert_intermediate_size:
             a += ["--moe-shared-expert-intermediate-size", str(m.moe_shared_expert_intermediate_size)]
             if m.moe_shared_expert_gate:
@@ -283,7 +286,7 @@ def model_args(model: ModelSpec) -> list[str]:
         if m.moe_router_bias:
             # a per-expert router bias is DeepSeek's aux-free balancing; Megatron allows it only with sigmoid
             a += ["--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"]
-    return a
+    return a + feature_args(m)
 
 
 def offload_args(st: Settings) -> list[str]:
@@ -346,6 +349,13 @@ def megatron_args(plan: Plan, model: ModelSpec, cluster: ClusterSpec, settings: 
     """
     del cluster  # the mesh and layout do not depend on it; placement is in hostfile()/launch_scripts()
     st = plan.settings(settings)
+    for gap in megatron_gaps(model):
+        if gap.blocking:
+            raise ExportError(
+                f"[rule_megatron_architecture] Megatron-LM cannot build {model.name}: {gap.feature}; "
+                f"it runs under {gap.runtime}",
+                field="model",
+            )
     cfg = _mesh(plan)
     a = ["--tensor-model-parallel-size", str(cfg.tp), "--pipeline-model-parallel-size", str(plan.pp)]
     a += ["--context-parallel-size", str(cfg.cp)]
@@ -354,6 +364,13 @@ def megatron_args(plan: Plan, model: ModelSpec, cluster: ClusterSpec, settings: 
     if cfg.tp > 1:
         a += ["--sequence-parallel"]  # required for MoE with TP>1 (MoELayer raises at runtime otherwise)
     split = pipeline_split(plan, model)
+    if model.is_hybrid and (split.layout is not None or split.vpp is not None):
+        raise ExportError(
+            "[rule_hybrid_pipeline_split] Megatron's hybrid (Mamba) stack splits layers evenly or with "
+            "--decoder-first/last-pipeline-num-layers only, without virtual stages (MambaStack); "
+            f"this plan needs {'virtual stages' if split.vpp else 'a layout'}",
+            field="stages",
+        )
     if split.layout is not None:
         a += ["--pipeline-model-parallel-layout", split.layout]
     if split.first is not None:
@@ -573,6 +590,7 @@ def launch_scripts(
     """
     del settings  # the flags are in megatron_args.txt; the scripts only place and start the processes
     units = launch_units(plan, cluster)
+    entry = entry_script(model) if model is not None else ENTRY_GPT
     cfg_tp_cp = any(s.cfg.tp > 1 or s.cfg.cp > 1 for s in plan.stages)
     out: dict[str, str] = {}
     for u in units:
@@ -626,7 +644,7 @@ def launch_scripts(
             f'MEGATRON_ARGS=$(cat "$HERE/{flavor.args_file}")',
             'torchrun --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_PER_NODE" \\',
             '  --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \\',
-            f'  "${flavor.checkout_var}/pretrain_gpt.py" $MEGATRON_ARGS $DATA_ARGS "$@"',
+            f'  "${flavor.checkout_var}/{entry}" $MEGATRON_ARGS $DATA_ARGS "$@"',
         ]
         out[f"launch_node{u.index}.sh"] = "\n".join(lines) + "\n"
     return out
@@ -640,6 +658,7 @@ def comment(text: str) -> str:
 def readme(plan: Plan, model: ModelSpec, cluster: ClusterSpec, args: Sequence[str]) -> str:
     units = launch_units(plan, cluster)
     split = pipeline_split(plan, model)
+    entry = entry_script(model)
     vendors = sorted({u.vendor for u in units})
     lines = [
         f"{GENERATED_MARK}: Megatron-LM launch for {plan.model} on {plan.cluster}",
@@ -663,7 +682,7 @@ def readme(plan: Plan, model: ModelSpec, cluster: ClusterSpec, args: Sequence[st
     lines += [
         "",
         "Files:",
-        f"  {ARGS_FILE}   model + parallelism flags for pretrain_gpt.py (one flag per line)",
+        f"  {ARGS_FILE}   model + parallelism flags for {entry} (one flag per line)",
         "  hostfile             hosts in global rank order (replace the placeholder names)",
         "  launch_node<k>.sh    one torchrun agent per line of the hostfile",
         "  plan.json            the plan with its predicted cost",
@@ -672,7 +691,7 @@ def readme(plan: Plan, model: ModelSpec, cluster: ClusterSpec, args: Sequence[st
         "MEGATRON_LM (a Megatron-LM checkout). DATA_ARGS defaults to synthetic data with a NullTokenizer of",
         f"exactly {model.vocab_size} tokens; set DATA_ARGS to your --data-path/--tokenizer-* flags for real data.",
         "Training-length flags (--train-iters, --lr, ...) are yours to add after the script name: extra",
-        "arguments to launch_node<k>.sh are passed on to pretrain_gpt.py.",
+        f"arguments to launch_node<k>.sh are passed on to {entry}.",
     ]
     if vendors == ["amd"]:
         lines += [
@@ -687,5 +706,5 @@ def readme(plan: Plan, model: ModelSpec, cluster: ClusterSpec, args: Sequence[st
             "Some nodes host two launch units (their ranks are not consecutive); those scripts restrict",
             "themselves to their devices with the vendor's *_VISIBLE_DEVICES variable.",
         ]
-    lines += ["", "Full command of launch unit 0:", "  torchrun ... pretrain_gpt.py " + shlex.join(list(args))]
+    lines += ["", "Full command of launch unit 0:", f"  torchrun ... {entry} " + shlex.join(list(args))]
     return "\n".join(lines) + "\n"

@@ -81,6 +81,25 @@ def strict_json_loads(text: str) -> Any:
     return json.loads(text, object_pairs_hook=_strict_pairs, parse_constant=_no_constant)
 
 
+def python_json_loads(text: str) -> tuple[Any, list[str]]:
+    """``json.loads`` as Python (and so Hugging Face transformers) reads and writes JSON: ``NaN``,
+    ``Infinity`` and ``-Infinity`` are numbers (Nemotron-H's ``"time_step_limit": [0.0, Infinity]``).
+    Duplicate keys are still refused. Returns the document and the constants it held, so a caller can
+    refuse them where its format does not allow them."""
+    seen: list[str] = []
+
+    def constant(name: str) -> float:
+        seen.append(name)
+        return float(name.replace("Infinity", "inf"))
+
+    return json.loads(text, object_pairs_hook=_strict_pairs, parse_constant=constant), seen
+
+
+def is_hf_config(doc: Any) -> bool:
+    """A Hugging Face ``config.json`` (transformers writes ``model_type`` and usually ``architectures``)."""
+    return isinstance(doc, dict) and ("model_type" in doc or "architectures" in doc)
+
+
 def _document_shape(doc: Any) -> tuple[int, int]:
     """(values once aliases are expanded, nesting depth) of a parsed document, walked without recursion.
 
@@ -120,13 +139,23 @@ def _document_shape(doc: Any) -> tuple[int, int]:
 
 def parse_text(text: str, source: str, kind: str) -> Any:
     """Parse YAML or JSON text strictly; every syntax problem becomes a one-line SpecError."""
+    constants: list[str] = []
     try:
-        doc = strict_json_loads(text) if kind == "JSON" else yaml.load(text, Loader=_StrictLoader)
+        if kind == "JSON":
+            doc, constants = python_json_loads(text)
+        else:
+            doc = yaml.load(text, Loader=_StrictLoader)
     except (yaml.YAMLError, ValueError, RecursionError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
             first = exc.problem + (f" (line {exc.problem_mark.line + 1})" if exc.problem_mark else "")
         raise SpecError(f"not valid {kind}: {first[:200]}", source=source) from None
+    if constants and not is_hf_config(doc):
+        # only Hugging Face configs are written by Python's json (which emits NaN/Infinity); our own
+        # files are standard JSON, where they are a mistake
+        raise SpecError(
+            f"not valid JSON: {constants[0]} is not valid JSON (use a finite number or null)", source=source
+        )
     values, depth = _document_shape(doc)
     if depth > MAX_DOCUMENT_DEPTH:
         raise SpecError(f"nests deeper than {MAX_DOCUMENT_DEPTH} levels; refusing it", source=source)

@@ -15,7 +15,8 @@ from hapmoe_milp.errors import SpecError
 from hapmoe_milp.specs._fields import load_document
 from hapmoe_milp.specs.cluster import INLINE_RE, ClusterSpec, cluster_from_dict, parse_inline
 from hapmoe_milp.specs.device import DeviceSpec, device_from_dict
-from hapmoe_milp.specs.model import ModelSpec, load_model_file
+from hapmoe_milp.specs.loader import load_model_file
+from hapmoe_milp.specs.model import ModelSpec
 
 ENV_ROOT = "HAPMOE_CATALOG"
 

@@ -8,28 +8,35 @@ MFU/TFLOP/s numbers are directly comparable with Megatron's own logs and NVIDIA'
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Literal
 
-from hapmoe_milp.config import DISPATCHERS, Settings
-from hapmoe_milp.errors import HapmoeError, SpecError
-from hapmoe_milp.limits import MAX_EXPERTS, MAX_FREQ_EXPR_LEN, MAX_HEADS, MAX_HIDDEN_SIZE, MAX_LAYERS, MAX_VOCAB
-from hapmoe_milp.specs._fields import Fields, check_name, show, spec_hash
+from hapmoe_milp.specs.mixers import GatedDeltaNetShape, Mamba1Shape, Mamba2Shape
 
-LayerKind = Literal["dense", "moe", "mtp"]
-ActiveConvention = Literal["all_embeddings", "excl_input_embedding"]
+# A placeable layer's kind: a token mixer and an MLP. GPT-style models have both in one layer ("dense",
+# "moe", and with gated-DeltaNet linear attention "gdn_dense", "gdn_moe"); Megatron's hybrid models
+# (``--hybrid-override-pattern``) have one sub-layer per layer: "mamba" (M), "attention" (*), "mlp" (-) and
+# "moe_mlp" (E). "mtp" is a multi-token-prediction layer (attention + the last decoder layer's MLP).
+LayerKind = Literal["dense", "moe", "mtp", "gdn_dense", "gdn_moe", "mamba", "attention", "mlp", "moe_mlp"]
+Mixer = Literal["attention", "gdn", "mamba"]
+Mlp = Literal["dense", "moe"]
+ActiveConvention = Literal["all_embeddings", "excl_input_embedding", "non_embedding"]
 
-__all__ = [
-    "DISPATCHERS",
-    "MAX_FREQ_EXPR_LEN",
-    "MAX_LAYERS",
-    "ModelSpec",
-    "model_from_dict",
-    "model_hash",
-    "model_to_dict",
-]
+KIND_PARTS: dict[str, tuple[Mixer | None, Mlp | None]] = {
+    "dense": ("attention", "dense"),
+    "moe": ("attention", "moe"),
+    "gdn_dense": ("gdn", "dense"),
+    "gdn_moe": ("gdn", "moe"),
+    "mamba": ("mamba", None),
+    "attention": ("attention", None),
+    "mlp": (None, "dense"),
+    "moe_mlp": (None, "moe"),
+}
+# Megatron's hybrid layer symbols (megatron/core/ssm/mamba_hybrid_layer_allocation.py Symbols)
+HYBRID_SYMBOLS: dict[str, LayerKind] = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe_mlp"}
+
+__all__ = ["HYBRID_SYMBOLS", "KIND_PARTS", "LayerKind", "ModelSpec", "OfficialCounts", "TrainingDefaults"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,37 @@ class ModelSpec:
     # ``window_size`` tokens, except every ``window_attn_skip_freq``-th layer, which attends to all
     window_size: int | None = None
     window_attn_skip_freq: int = 0
+    # --- fields below have Megatron's names; a model that leaves them at their defaults is written without
+    # them (model_to_dict), so older plan files keep their model hash
+    rotary_percent: float = 1.0  # partial rotary (GLM-4.5 0.5, Qwen3-Next 0.25): no weights, no FLOPs
+    no_rope_freq: int | None = None  # every N-th layer has no RoPE (Llama 4 iRoPE)
+    # chunked attention (Llama 4): RoPE layers attend within blocks of this many tokens, NoPE layers to all
+    attention_chunk_size: int | None = None
+    qk_l2_norm: bool = False  # Llama 4's weightless L2 norm of Q and K
+    attention_output_gate: bool = False  # sigmoid gate on the attention output (Qwen3-Next): + h*q weights
+    squared_relu: bool = False  # non-gated squared-ReLU MLP (Nemotron-H)
+    # group-limited routing (DeepSeek n_group/topk_group): experts in num_groups groups, a token's top-k
+    # drawn from its group_topk best groups
+    moe_router_num_groups: int | None = None
+    moe_router_group_topk: int | None = None
+    # hybrid models (Megatron MambaModel): one symbol per layer, M mamba, * attention, - MLP, E MoE
+    hybrid_override_pattern: str | None = None
+    mamba_version: int = 2  # 2: Mamba-2 (SSD, Megatron's MambaMixer); 1: Mamba-1 (Jamba), not in Megatron
+    mamba_state_dim: int = 128
+    mamba_head_dim: int = 64
+    mamba_num_groups: int = 8
+    mamba_num_heads: int | None = None  # default: mamba_expand * hidden_size / mamba_head_dim (Megatron's)
+    mamba_conv_kernel: int = 4
+    mamba_expand: int = 2
+    mamba_dt_rank: int | None = None  # Mamba-1 only; default ceil(hidden_size / 16)
+    # gated DeltaNet linear attention in a GPT model (Megatron experimental_attention_variant)
+    experimental_attention_variant: str | None = None
+    linear_attention_freq: int | tuple[int, ...] | None = None  # int N: every N-th layer is softmax attention
+    linear_conv_kernel_dim: int = 4
+    linear_key_head_dim: int = 128
+    linear_value_head_dim: int = 128
+    linear_num_key_heads: int = 16
+    linear_num_value_heads: int = 32
     make_vocab_size_divisible_by: int = 128
     description: str = ""
     sources: tuple[str, ...] = ()
@@ -102,20 +140,32 @@ class ModelSpec:
     origin: str = ""
 
     # ------------------------------------------------------------------ derived shape
-    def attention_keys_factor(self, seq: int) -> float:
-        """Mean keys a query attends to, over all layers, relative to full causal attention (``S/2``).
+    def attention_span(self, layer: int, seq: int) -> float:
+        """Mean keys a query of attention layer ``layer`` attends to, relative to full causal attention
+        (``S/2``): 1 for full attention, less under a sliding window or chunked attention.
 
-        With a sliding window of W <= S tokens a query at position i sees min(i+1, W) keys; averaged over
-        the S positions that is ``(W(W+1)/2 + (S-W)W) / S``. Layers differ only in this, so the cost model
-        prices every layer at the average (exact for a stage's total when its layers alternate evenly).
+        With a sliding window of W <= S tokens a query at position i sees min(i+1, W) keys, on average
+        ``(W(W+1)/2 + (S-W)W) / S``; in blocks of C tokens it sees (i mod C) + 1, on average
+        ``(q C(C+1)/2 + r(r+1)/2) / S`` with ``S = qC + r``.
         """
-        w = self.window_size
-        if not w or w >= seq:
+        w, c = self.window_size, self.attention_chunk_size
+        if w and w < seq and not (self.window_attn_skip_freq and (layer + 1) % self.window_attn_skip_freq == 0):
+            return (w * (w + 1) / 2 + (seq - w) * w) / seq / (seq / 2)
+        if c and c < seq and not (self.no_rope_freq and (layer + 1) % self.no_rope_freq == 0):
+            q, r = divmod(seq, c)
+            return (q * c * (c + 1) / 2 + r * (r + 1) / 2) / seq / (seq / 2)
+        return 1.0
+
+    def attention_keys_factor(self, seq: int) -> float:
+        """Mean of :meth:`attention_span` over the layers that have softmax attention.
+
+        Layers differ only in this, so the cost model prices every attention layer at the average (exact
+        for a stage's total when its layers alternate evenly).
+        """
+        layers = [i for i, mx in enumerate(self.mixer_pattern) if mx == "attention"]
+        if not layers:
             return 1.0
-        windowed = (w * (w + 1) / 2 + (seq - w) * w) / seq / (seq / 2)
-        n = self.num_layers
-        full = n // self.window_attn_skip_freq if self.window_attn_skip_freq else 0
-        return (full + (n - full) * windowed) / n
+        return sum(self.attention_span(i, seq) for i in layers) / len(layers)
 
     @property
     def is_moe(self) -> bool:
@@ -150,8 +200,30 @@ class ModelSpec:
     def norm_params(self) -> int:
         return 2 if self.normalization == "LayerNorm" else 1
 
+    @property
+    def is_hybrid(self) -> bool:
+        """A Megatron hybrid (MambaModel) layer stack: one sub-layer per layer."""
+        return bool(self.hybrid_override_pattern)
+
+    @property
+    def has_linear_attention(self) -> bool:
+        return self.experimental_attention_variant == "gated_delta_net"
+
+    @cached_property
+    def linear_pattern(self) -> tuple[int, ...]:
+        """1 for a gated-DeltaNet layer, 0 for softmax attention (Megatron's ``linear_attention_freq``: an
+        int N makes every N-th layer, 1-based, softmax attention)."""
+        f = self.linear_attention_freq
+        if not self.has_linear_attention or f is None:
+            return (0,) * self.num_layers
+        if isinstance(f, int):
+            return tuple(0 if (i + 1) % f == 0 else 1 for i in range(self.num_layers))
+        return tuple(f)
+
     @cached_property
     def moe_pattern(self) -> tuple[int, ...]:
+        if self.is_hybrid:
+            return tuple(1 if ch == "E" else 0 for ch in self.hybrid_override_pattern or "")
         if not self.is_moe:
             return (0,) * self.num_layers
         if isinstance(self.moe_layer_freq, int):
@@ -159,11 +231,35 @@ class ModelSpec:
         return tuple(self.moe_layer_freq)
 
     @cached_property
+    def decoder_kinds(self) -> tuple[LayerKind, ...]:
+        """Kind of every decoder layer (MTP layers excluded)."""
+        if self.is_hybrid:
+            return tuple(HYBRID_SYMBOLS[ch] for ch in self.hybrid_override_pattern or "")
+        out: list[LayerKind] = []
+        for lin, moe in zip(self.linear_pattern, self.moe_pattern):
+            if lin:
+                out.append("gdn_moe" if moe else "gdn_dense")
+            else:
+                out.append("moe" if moe else "dense")
+        return tuple(out)
+
+    @cached_property
     def layer_kinds(self) -> tuple[LayerKind, ...]:
         """Kind of every pipeline-placeable layer, decoder layers first, then MTP layers."""
-        kinds: list[LayerKind] = ["moe" if m else "dense" for m in self.moe_pattern]
-        kinds += ["mtp"] * self.mtp_num_layers
-        return tuple(kinds)
+        return self.decoder_kinds + ("mtp",) * self.mtp_num_layers
+
+    def kind_parts(self, kind: str) -> tuple[Mixer | None, Mlp | None]:
+        """(token mixer, MLP) of a layer kind; an MTP layer is attention plus the last layer's MLP."""
+        if kind == "mtp":
+            return "attention", ("moe" if self.mtp_is_moe else "dense")
+        return KIND_PARTS[kind]
+
+    def kind_is_moe(self, kind: str) -> bool:
+        return self.kind_parts(kind)[1] == "moe"
+
+    @cached_property
+    def mixer_pattern(self) -> tuple[Mixer | None, ...]:
+        return tuple(KIND_PARTS[k][0] for k in self.decoder_kinds)
 
     @property
     def mtp_is_moe(self) -> bool:
@@ -171,11 +267,13 @@ class ModelSpec:
 
     @property
     def num_moe_layers(self) -> int:
+        """Decoder layers with a MoE MLP."""
         return sum(self.moe_pattern)
 
     @property
     def num_dense_layers(self) -> int:
-        return self.num_layers - self.num_moe_layers
+        """Decoder layers with a dense MLP."""
+        return sum(1 for k in self.decoder_kinds if KIND_PARTS[k][1] == "dense")
 
     def padded_vocab(self, tp: int = 1) -> int:
         m = self.make_vocab_size_divisible_by * tp
@@ -232,7 +330,41 @@ class ModelSpec:
             p += 2 * self.head_dim * self.norm_params
         if self.attention_sinks:
             p += n
+        if self.attention_output_gate:
+            p += h * q  # the gate is a second Q-wide output of the QKV projection
         return p
+
+    @cached_property
+    def mamba_shape(self) -> Mamba1Shape | Mamba2Shape:
+        h = self.hidden_size
+        if self.mamba_version == 1:
+            rank = self.mamba_dt_rank or math.ceil(h / 16)
+            return Mamba1Shape(h, self.mamba_expand * h, self.mamba_state_dim, rank, self.mamba_conv_kernel)
+        heads = self.mamba_num_heads or self.mamba_expand * h // self.mamba_head_dim
+        return Mamba2Shape(
+            h, heads, self.mamba_head_dim, self.mamba_num_groups, self.mamba_state_dim, self.mamba_conv_kernel
+        )
+
+    @cached_property
+    def gdn_shape(self) -> GatedDeltaNetShape:
+        return GatedDeltaNetShape(
+            self.hidden_size,
+            self.linear_num_key_heads,
+            self.linear_num_value_heads,
+            self.linear_key_head_dim,
+            self.linear_value_head_dim,
+            self.linear_conv_kernel_dim,
+        )
+
+    def mixer_params(self, mixer: Mixer | None) -> int:
+        """Weights of one token mixer (TP-sharded), without its pre-norm."""
+        if mixer == "attention":
+            return self.attention_params
+        if mixer == "gdn":
+            return self.gdn_shape.params()
+        if mixer == "mamba":
+            return self.mamba_shape.params()
+        return 0
 
     def _mlp_params(self, width: int) -> int:
         p = self.glu * self.hidden_size * width
@@ -278,19 +410,20 @@ class ModelSpec:
     def layer_params(self, kind: LayerKind, *, active: bool = False) -> dict[str, int]:
         """Parameters of one placeable layer split by how they are sharded.
 
-        Keys: ``tp`` (sharded by TP: attention, dense MLP, shared experts), ``replicated`` (norms, router),
-        ``expert`` (routed experts, sharded by EP*ETP). ``active`` counts only top-k experts.
+        Keys: ``tp`` (sharded by TP: token mixer, dense MLP, shared experts), ``replicated`` (norms, router),
+        ``expert`` (routed experts, sharded by EP*ETP). ``active`` counts only top-k experts. Every
+        sub-layer (mixer, MLP) has its own pre-norm.
         """
-        is_moe = kind == "moe" or (kind == "mtp" and self.mtp_is_moe)
-        tp = self.attention_params
-        rep = self.layer_norm_params
+        mixer, mlp = self.kind_parts(kind)
+        tp = self.mixer_params(mixer)
+        rep = self.hidden_size * self.norm_params * ((mixer is not None) + (mlp is not None))
         exp = 0
-        if is_moe:
+        if mlp == "moe":
             tp += self.shared_expert_params
             rep += self.router_params
             n_exp = self.moe_router_topk if active else (self.num_experts or 0)
             exp = n_exp * self.expert_params
-        else:
+        elif mlp == "dense":
             tp += self.dense_mlp_params
         if kind == "mtp":
             tp += 2 * self.hidden_size * self.hidden_size
@@ -306,11 +439,13 @@ class ModelSpec:
         return self.vocab_size * self.hidden_size if self.untie_embeddings_and_output_weights else 0
 
     # ------------------------------------------------------------------ totals
-    def _count(self, *, active: bool, include_mtp: bool, input_embedding: bool) -> int:
+    def _count(self, *, active: bool, include_mtp: bool, input_embedding: bool, output: bool = True) -> int:
         total = sum(sum(self.layer_params(k, active=active).values()) for k in self.layer_kinds if k != "mtp")
         if include_mtp:
             total += sum(sum(self.layer_params("mtp", active=active).values()) for _ in range(self.mtp_num_layers))
         total += self.hidden_size * self.norm_params  # final norm
+        if not output:
+            return total
         total += self.output_params
         if input_embedding or not self.untie_embeddings_and_output_weights:
             # with tied embeddings the one matrix is also the LM head, which every token touches
@@ -337,6 +472,19 @@ class ModelSpec:
         """Active weights without the input-embedding lookup table (DeepSeek/OpenAI convention)."""
         return self._count(active=True, include_mtp=False, input_embedding=False)
 
+    @cached_property
+    def active_params_non_embedding(self) -> int:
+        """Active weights without either embedding matrix (IBM Granite, NVIDIA's "3.2B active" style)."""
+        return self._count(active=True, include_mtp=False, input_embedding=False, output=False)
+
+    def active_count(self, convention: ActiveConvention) -> int:
+        """The active count under a lab's convention (``OfficialCounts.active_convention``)."""
+        return {
+            "all_embeddings": self.active_params,
+            "excl_input_embedding": self.active_params_no_input_embedding,
+            "non_embedding": self.active_params_non_embedding,
+        }[convention]
+
     # ------------------------------------------------------------------ FLOPs (Megatron accounting)
     def flops_per_token(self, seq_length: int | None = None, tp: int = 1) -> float:
         """Training FLOPs per token, exactly Megatron-LM's ``num_floating_point_operations`` / tokens.
@@ -351,7 +499,7 @@ class ModelSpec:
         d = self.mtp_num_layers
         n_moe = self.num_moe_layers + (d if self.mtp_is_moe else 0)
         n_dense = self.num_dense_layers + (0 if self.mtp_is_moe else d)
-        n_attn = self.num_layers + d
+        n_attn = self.mixer_pattern.count("attention") + d
         v = self.padded_vocab(tp)
         mlp = 6 * h * (self.ffn * f * n_dense + self.expert_ffn * k * f * n_moe)
         mlp += 6 * h * (self.moe_shared_expert_intermediate_size * f * n_moe)
@@ -364,11 +512,25 @@ class ModelSpec:
         else:
             q = self.head_dim * n
             kv = self.head_dim * self.groups
-            a_lin = 6 * (h * (q + 2 * kv) + q * h)
+            a_lin = 6 * (h * (q + 2 * kv) + q * h + (h * q if self.attention_output_gate else 0))
             a_core = 6 * q
         per_token = mlp + a_lin * n_attn + 6 * d * (3 * h + 2 * h * h) + 6 * h * v * (d + 1)
         per_token += s * a_core * n_attn
+        per_token += self._other_mixer_flops()
         return float(per_token)
+
+    def _other_mixer_flops(self) -> float:
+        """Gated-DeltaNet and Mamba layers, counted the same way (6 FLOPs per multiply-accumulate, forward
+        and backward): their projections plus their chunked scan, which does not grow with the sequence."""
+        n_gdn, n_mamba = self.mixer_pattern.count("gdn"), self.mixer_pattern.count("mamba")
+        out = 0.0
+        if n_gdn:
+            g = self.gdn_shape
+            out += 6 * n_gdn * (g.gemm_macs() + g.scan_macs())
+        if n_mamba:
+            mb = self.mamba_shape
+            out += 6 * n_mamba * (mb.gemm_macs() + mb.scan_macs())
+        return out
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -378,335 +540,21 @@ class ModelSpec:
             "hidden_size": self.hidden_size,
             "experts": self.num_experts or 0,
             "topk": self.moe_router_topk if self.is_moe else 0,
-            "attention": "MLA"
-            if self.multi_latent_attention
-            else ("GQA" if self.groups < self.num_attention_heads else "MHA"),
+            "attention": self._attention_label(),
             "total_params": self.total_params,
             "total_params_main": self.total_params_main,
             "active_params": self.active_params,
             "active_params_no_input_embedding": self.active_params_no_input_embedding,
+            "active_params_non_embedding": self.active_params_non_embedding,
             "flops_per_token": self.flops_per_token(),
             "seq_length": self.defaults.seq_length,
             "global_batch_size": self.defaults.global_batch_size,
         }
 
-
-# ---------------------------------------------------------------------- validation + YAML loading
-_ARCH_INT = (
-    "num_layers",
-    "hidden_size",
-    "num_attention_heads",
-    "vocab_size",
-)
-_ARCH_OPT_INT = (
-    "num_query_groups",
-    "kv_channels",
-    "ffn_hidden_size",
-    "num_experts",
-    "moe_ffn_hidden_size",
-    "q_lora_rank",
-)
-
-
-def validate_model(m: ModelSpec, source: str) -> None:
-    """Cross-field rules; raise SpecError naming the field."""
-
-    def bad(fld: str, msg: str) -> SpecError:
-        return SpecError(msg, source=source, field=fld)
-
-    check_name(m.name, source, "name")
-    for fld, cap in (
-        ("num_layers", MAX_LAYERS),
-        ("hidden_size", MAX_HIDDEN_SIZE),
-        ("num_attention_heads", MAX_HEADS),
-        ("vocab_size", MAX_VOCAB),
-        ("num_query_groups", MAX_HEADS),
-        ("kv_channels", MAX_HIDDEN_SIZE),
-        ("ffn_hidden_size", MAX_HIDDEN_SIZE),
-        ("num_experts", MAX_EXPERTS),
-        ("moe_ffn_hidden_size", MAX_HIDDEN_SIZE),
-        ("moe_shared_expert_intermediate_size", MAX_HIDDEN_SIZE),
-        ("q_lora_rank", MAX_HIDDEN_SIZE),
-        ("kv_lora_rank", MAX_HIDDEN_SIZE),
-        ("qk_head_dim", MAX_HIDDEN_SIZE),
-        ("qk_pos_emb_head_dim", MAX_HIDDEN_SIZE),
-        ("v_head_dim", MAX_HIDDEN_SIZE),
-        ("mtp_num_layers", MAX_LAYERS),
-        ("moe_router_topk", MAX_EXPERTS),
-        ("make_vocab_size_divisible_by", MAX_VOCAB),
-    ):
-        v = getattr(m, fld)
-        if v is None:
-            continue
-        low = 0 if fld in ("moe_shared_expert_intermediate_size", "mtp_num_layers") else 1
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise bad(fld, f"must be {'a positive' if low else 'a non-negative'} integer, got {v!r}")
-        if v > cap:
-            raise bad(fld, f"{v:,} exceeds the supported maximum of {cap:,}")
-    if m.num_layers + m.mtp_num_layers > MAX_LAYERS:
-        raise bad("mtp_num_layers", f"num_layers + mtp_num_layers exceeds the supported maximum of {MAX_LAYERS:,}")
-    if not m.multi_latent_attention and not m.kv_channels and m.hidden_size % m.num_attention_heads:
-        raise bad(
-            "hidden_size",
-            f"{m.hidden_size} is not divisible by num_attention_heads {m.num_attention_heads} "
-            "(Megatron's kv_channels = hidden_size / heads); set kv_channels",
-        )
-    if m.num_attention_heads and m.groups > m.num_attention_heads:
-        raise bad("num_query_groups", f"{m.groups} exceeds num_attention_heads {m.num_attention_heads}")
-    if m.num_attention_heads % m.groups:
-        raise bad("num_query_groups", f"num_attention_heads {m.num_attention_heads} is not a multiple of {m.groups}")
-    if m.is_moe:
-        e = m.num_experts or 0
-        if not 1 <= m.moe_router_topk <= e:
-            raise bad("moe_router_topk", f"must be between 1 and num_experts ({e}), got {m.moe_router_topk}")
-        if isinstance(m.moe_layer_freq, tuple):
-            if len(m.moe_layer_freq) != m.num_layers:
-                raise bad("moe_layer_freq", f"list has {len(m.moe_layer_freq)} entries, num_layers is {m.num_layers}")
-            if any(v not in (0, 1) for v in m.moe_layer_freq):
-                raise bad("moe_layer_freq", "list entries must be 0 or 1")
-        elif m.moe_layer_freq < 1:
-            raise bad("moe_layer_freq", f"must be a positive integer, got {m.moe_layer_freq}")
-        if m.num_moe_layers == 0:
-            raise bad("moe_layer_freq", "num_experts is set but no layer is MoE")
-    d = m.defaults
-    try:  # the defaults become run settings: the settings layer checks them, under their names here
-        Settings(
-            seq_length=d.seq_length,
-            global_batch_size=d.global_batch_size,
-            micro_batch_size=d.micro_batch_size,
-            dispatcher=d.moe_token_dispatcher_type,
-        )
-    except HapmoeError as exc:
-        names = {"dispatcher": "moe_token_dispatcher_type"}
-        raise exc.at(source=source, field=f"defaults.{names.get(exc.field or '', exc.field)}") from None
-    if m.normalization not in ("RMSNorm", "LayerNorm"):
-        raise bad("normalization", f"must be RMSNorm or LayerNorm, got {m.normalization!r}")
-
-
-def _parse_layer_freq(f: Fields) -> int | tuple[int, ...]:
-    v = f.raw("moe_layer_freq", 1)
-    if isinstance(v, bool):
-        raise f.err("moe_layer_freq", f"must be an integer or a 0/1 list, got {v!r}")
-    if isinstance(v, int):
-        if v < 1:
-            raise f.err("moe_layer_freq", f"must be a positive integer, got {v}")
-        return v
-    if isinstance(v, str):
-        return _parse_freq_expr(v, f)
-    if isinstance(v, list):
-        out = []
-        for i, x in enumerate(v):
-            if isinstance(x, bool) or x not in (0, 1):
-                raise f.err(f"moe_layer_freq[{i}]", f"must be 0 or 1, got {x!r}")
-            out.append(int(x))
-        return tuple(out)
-    raise f.err("moe_layer_freq", f"must be an integer or a 0/1 list, got {type(v).__name__}")
-
-
-def _parse_freq_expr(expr: str, f: Fields) -> int | tuple[int, ...]:
-    """Megatron's ``--moe-layer-freq`` string forms without eval: ``"3"``, ``"([0]*3+[1]*58)"``,
-    ``"([1]*3+[0]*1)*3"``. Grammar: expr = term ('+' term)*; term = atom ('*' int)?;
-    atom = '[' 0/1 (',' 0/1)* ']' | '(' expr ')'."""
-    text = expr.replace(" ", "")
-    if text.isdigit():
-        v = int(text[:7]) if len(text) <= 7 else 0
-        if v < 1:
-            raise f.err("moe_layer_freq", f"must be a positive integer, got {show(expr)}")
-        return v
-    pos = 0
-
-    def fail(msg: str) -> SpecError:
-        return f.err("moe_layer_freq", f"cannot parse list expression {show(expr)}: {msg}")
-
-    def parse_int() -> int:
-        nonlocal pos
-        start = pos
-        while pos < len(text) and text[pos].isdigit():
-            pos += 1
-        digits = text[start:pos]
-        if not digits or len(digits) > 6:
-            raise fail("expected a repeat count of at most 6 digits")
-        return int(digits)
-
-    def atom() -> list[int]:
-        nonlocal pos
-        if pos < len(text) and text[pos] == "[":
-            pos += 1
-            vals: list[int] = []
-            while True:
-                if pos < len(text) and text[pos] in "01":
-                    vals.append(int(text[pos]))
-                    pos += 1
-                else:
-                    raise fail("list entries must be 0 or 1")
-                if pos < len(text) and text[pos] == ",":
-                    pos += 1
-                    continue
-                if pos < len(text) and text[pos] == "]":
-                    pos += 1
-                    return vals
-                raise fail("expected ',' or ']'")
-        if pos < len(text) and text[pos] == "(":
-            pos += 1
-            vals = expression()
-            if pos >= len(text) or text[pos] != ")":
-                raise fail("missing ')'")
-            pos += 1
-            return vals
-        raise fail("expected '[' or '('")
-
-    def term() -> list[int]:
-        nonlocal pos
-        vals = atom()
-        if pos < len(text) and text[pos] == "*":
-            pos += 1
-            n = parse_int()
-            if len(vals) * n > MAX_FREQ_EXPR_LEN:
-                raise fail("expands to too many layers")
-            vals = vals * n
-        return vals
-
-    def expression() -> list[int]:
-        nonlocal pos
-        vals = term()
-        while pos < len(text) and text[pos] == "+":
-            pos += 1
-            vals = vals + term()
-            if len(vals) > MAX_FREQ_EXPR_LEN:
-                raise fail("expands to too many layers")
-        return vals
-
-    out = expression()
-    if pos != len(text):
-        raise fail(f"unexpected {text[pos]!r}")
-    return tuple(out)
-
-
-def model_from_dict(doc: dict[str, Any], source: str) -> ModelSpec:
-    f = Fields(doc, source)
-    kw: dict[str, Any] = {"name": f.str_("name")}
-    check_name(kw["name"], source, "name")
-    for k in _ARCH_INT:
-        kw[k] = f.int_(k)
-    if kw["num_layers"] > MAX_LAYERS:
-        raise f.err("num_layers", f"{kw['num_layers']:,} exceeds the supported maximum of {MAX_LAYERS:,}")
-    for k in _ARCH_OPT_INT:
-        v = f.int_(k, None, minimum=0 if k == "num_experts" else 1)
-        if v is not None:
-            kw[k] = v
-    if kw.get("num_experts") == 0:
-        kw["num_experts"] = None
-    kw["moe_router_topk"] = f.int_("moe_router_topk", 2)
-    kw["moe_shared_expert_intermediate_size"] = f.int_("moe_shared_expert_intermediate_size", 0, minimum=0)
-    kw["moe_layer_freq"] = _parse_layer_freq(f)
-    kw["mtp_num_layers"] = f.int_("mtp_num_layers", 0, minimum=0)
-    kw["kv_lora_rank"] = f.int_("kv_lora_rank", 512)
-    kw["qk_head_dim"] = f.int_("qk_head_dim", 128)
-    kw["qk_pos_emb_head_dim"] = f.int_("qk_pos_emb_head_dim", 64)
-    kw["v_head_dim"] = f.int_("v_head_dim", 128)
-    kw["make_vocab_size_divisible_by"] = f.int_("make_vocab_size_divisible_by", 128)
-    kw["window_size"] = f.int_("window_size", None)
-    kw["window_attn_skip_freq"] = f.int_("window_attn_skip_freq", 0, minimum=0)
-    for b, d in (
-        ("moe_shared_expert_gate", False),
-        ("moe_router_bias", False),
-        ("multi_latent_attention", False),
-        ("untie_embeddings_and_output_weights", True),
-        ("swiglu", True),
-        ("add_qkv_bias", False),
-        ("add_bias_linear", False),
-        ("qk_layernorm", False),
-        ("attention_sinks", False),
-    ):
-        kw[b] = f.bool_(b, d)
-    kw["normalization"] = f.choice("normalization", ("RMSNorm", "LayerNorm"), "RMSNorm")
-    kw["description"] = f.str_("description", "")
-    src = f.raw("source", [])
-    if isinstance(src, str):
-        src = [src]
-    if not isinstance(src, list) or not all(isinstance(s, str) for s in src):
-        raise f.err("source", "must be a URL or a list of URLs")
-    kw["sources"] = tuple(src)
-    off = f.sub("official", None)
-    if off is not None:
-        kw["official"] = OfficialCounts(
-            total_b=off.float_("total_b"),
-            active_b=off.float_("active_b"),
-            active_convention=off.choice(
-                "active_convention", ("all_embeddings", "excl_input_embedding"), "all_embeddings"
-            ),
-            includes_mtp=off.bool_("includes_mtp", False),
-            source=off.str_("source", ""),
-        )
-        off.reject_unknown()
-    dfl = f.sub("defaults", None)
-    if dfl is not None:
-        kw["defaults"] = TrainingDefaults(
-            seq_length=dfl.int_("seq_length", 4096),
-            global_batch_size=dfl.int_("global_batch_size", 256),
-            micro_batch_size=dfl.int_("micro_batch_size", 1),
-            moe_token_dispatcher_type=dfl.choice("moe_token_dispatcher_type", DISPATCHERS, "alltoall"),
-        )
-        dfl.reject_unknown()
-    f.reject_unknown(allowed_extra=("notes",))
-    kw["origin"] = source
-    m = ModelSpec(**kw)
-    validate_model(m, source)
-    return m
-
-
-def load_model_file(path: str | Path) -> ModelSpec:
-    from hapmoe_milp.specs._fields import load_document
-
-    doc = load_document(path)
-    if "architectures" in doc or "model_type" in doc:
-        from hapmoe_milp.specs.hf_import import model_from_hf_config
-
-        return model_from_hf_config(doc, str(path))
-    return model_from_dict(doc, str(path))
-
-
-# ---------------------------------------------------------------------- writing a spec back (plan files)
-_NOT_ARCH = ("name", "description", "sources", "official", "defaults", "origin")
-
-
-def model_to_dict(m: ModelSpec) -> dict[str, Any]:
-    """The model as a document ``model_from_dict`` reads back to an equal spec (plan files embed it)."""
-    out: dict[str, Any] = {"name": m.name}
-    for f in fields(m):
-        if f.name in _NOT_ARCH:
-            continue
-        v = getattr(m, f.name)
-        if v is None:
-            continue
-        out[f.name] = list(v) if isinstance(v, tuple) else v
-    if m.description:
-        out["description"] = m.description
-    if m.sources:
-        out["source"] = list(m.sources)
-    if m.official is not None:
-        o = m.official
-        out["official"] = {
-            "total_b": o.total_b,
-            "active_b": o.active_b,
-            "active_convention": o.active_convention,
-            "includes_mtp": o.includes_mtp,
-            "source": o.source,
-        }
-    d = m.defaults
-    out["defaults"] = {
-        "seq_length": d.seq_length,
-        "global_batch_size": d.global_batch_size,
-        "micro_batch_size": d.micro_batch_size,
-        "moe_token_dispatcher_type": d.moe_token_dispatcher_type,
-    }
-    return out
-
-
-def model_hash(m: ModelSpec) -> str:
-    """Content hash of what a plan depends on: the name and every architecture field (not the description,
-    sources, published counts or training defaults)."""
-    doc = model_to_dict(m)
-    for k in ("description", "source", "official", "defaults"):
-        doc.pop(k, None)
-    return spec_hash(doc)
+    def _attention_label(self) -> str:
+        base = "MLA" if self.multi_latent_attention else ("GQA" if self.groups < self.num_attention_heads else "MHA")
+        if self.is_hybrid:
+            return f"hybrid Mamba-{self.mamba_version} + {base}"
+        if self.has_linear_attention:
+            return f"gated DeltaNet + {base}"
+        return base

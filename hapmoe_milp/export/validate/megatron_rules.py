@@ -13,7 +13,50 @@ from collections.abc import Iterator
 from typing import Any
 
 from hapmoe_milp.export.megatron import layout_chunks, layout_problems, megatron_chunks, parse_layout
+from hapmoe_milp.export.megatron_arch import megatron_gaps
 from hapmoe_milp.export.validate.registry import MEGATRON_ARGS, ONE_MESH, Context, Violation, rule, violation
+
+
+# ---------------------------------------------------------------------- architectures (issue 22)
+@rule(*ONE_MESH)
+def rule_megatron_architecture(ctx: Context) -> Iterator[Violation]:
+    """A model Megatron-Core cannot build (export/megatron_arch.py), with the runtime that can. The
+    Megatron-style runtimes all build models with Megatron-Core."""
+    for gap in megatron_gaps(ctx.model):
+        if gap.blocking:
+            yield violation(
+                "model", f"Megatron-LM cannot build {ctx.model.name}: {gap.feature}; it runs under {gap.runtime}"
+            )
+
+
+@rule(*ONE_MESH, severity="warning")
+def rule_megatron_attention_differs(ctx: Context) -> Iterator[Violation]:
+    """Megatron runs the model, but not the attention the plan priced."""
+    for gap in megatron_gaps(ctx.model):
+        if not gap.blocking:
+            yield violation("model", f"{gap.feature}; the plan's attention cost is what {gap.runtime} runs")
+
+
+@rule(*MEGATRON_ARGS)
+def rule_hybrid_pipeline_split(ctx: Context) -> Iterator[Violation]:
+    """Megatron's hybrid stack (MambaStack._select_layers_for_pipeline_parallel, megatron-core 0.16.1) has no
+    virtual stages and no layout: layers split evenly, or with a different first and/or last stage."""
+    m, p = ctx.model, ctx.plan
+    if not m.is_hybrid or p.pp == 1:
+        return
+    if p.vpp > 1:
+        yield violation("vpp", "hybrid (Mamba) models run without virtual pipeline stages")
+        return
+    counts = p.layer_counts()
+    for first, last in ((None, None), (counts[0], None), (None, counts[-1]), (counts[0], counts[-1])):
+        got = megatron_chunks(p.pp, m.num_layers, 0, 1, first, last)
+        if got is not None and [row[0].decoder for row in got] == counts:
+            return
+    yield violation(
+        "stages",
+        f"layers per stage {counts} need a layout, which Megatron's hybrid stack does not take "
+        "(only an even split with a different first and/or last stage)",
+    )
 
 
 # ---------------------------------------------------------------------- one mesh shape: plan level

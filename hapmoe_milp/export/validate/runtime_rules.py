@@ -29,6 +29,19 @@ def rule_runtime_vendors(ctx: Context) -> Iterator[Violation]:
 
 
 @rule()
+def rule_runtime_hybrid(ctx: Context) -> Iterator[Violation]:
+    """Hybrid (Mamba) models need Megatron's ``pretrain_mamba.py``: FlagScale's heterogeneous entry
+    (train_gpt.py) and our MindSpeed-LLM export (its pretrain_gpt.py) build GPT models only."""
+    rt = ctx.runtime
+    if ctx.model.is_hybrid and not rt.hybrid:
+        yield violation(
+            "model",
+            f"{ctx.model.name} is a hybrid (Mamba) model; {rt.title} builds GPT models only here: export it to "
+            f"Megatron-LM (pretrain_mamba.py) with one mesh for every stage ({rt.cite('hybrid')})",
+        )
+
+
+@rule()
 def rule_runtime_vpp(ctx: Context) -> Iterator[Violation]:
     rt = ctx.runtime
     if ctx.plan.vpp > 1 and not rt.vpp:

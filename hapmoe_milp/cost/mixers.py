@@ -1,0 +1,115 @@
+"""Pricing of the token mixers that are not softmax attention: gated DeltaNet and Mamba (-1 and -2).
+
+Kept apart from :mod:`hapmoe_milp.cost.model` (which prices attention and the MLPs) so each mixer's
+time, stored activations, kernels and context-parallel exchange are one function each; ``CostModel``
+calls them for layers whose kind has such a mixer.
+
+Per rank and micro-batch, ``t`` tokens of the CP shard run through the TP-sharded mixer:
+
+- projections: the in-projection (``in_proj_out / TP`` columns) and the out-projection (``inner / TP``
+  rows) as GEMMs;
+- the chunked scan (SSD for Mamba-2, the chunked delta rule for gated DeltaNet) as tensor-core work at the
+  device's attention-kernel efficiency for the sequence length, an assumption: both are blocked matmul
+  kernels like flash attention; backward is 2.5x forward as for attention;
+- convolution, gates and norms as memory-bound passes over the conv channels (``MIXER_PASSES``).
+
+Mamba-1's selective scan is not a matmul kernel; we price it the same way (a stated simplification).
+Context parallelism for these mixers (Megatron's ``mamba_context_parallel.py``) switches the sequence
+shard for a head shard and back with all-to-alls: two of the mixer's input per direction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hapmoe_milp.cost.primitives import BF16, attention_time, gemm_time, memory_time
+from hapmoe_milp.specs.device import DeviceSpec
+from hapmoe_milp.specs.mixers import GatedDeltaNetShape, Mamba1Shape, Mamba2Shape
+from hapmoe_milp.specs.model import ModelSpec
+
+# Read + write passes over the conv channels per forward: the causal convolution, its activation, the
+# gate/decay computations and the gated output norm (an assumption, as ELEMENTWISE_PASSES_H in model.py).
+MIXER_PASSES = 8
+# Kernels per forward (estimates of Megatron-Core's layers with their fused kernels), of which GEMMs:
+# gated DeltaNet: norm, in-projection, conv, split/activation (2), q/k L2 norm (2), gates (2), the chunked
+# delta rule (6 kernels in flash-linear-attention), gated norm, out-projection, bias-dropout-add.
+GDN_KERNELS = (17, 2)
+# Mamba-2: norm, in-projection, conv, the SSD chunk scan (5 kernels), gated norm, out-projection, add.
+MAMBA2_KERNELS = (11, 2)
+# Mamba-1 (Jamba): norm, in-projection, conv, x_proj, dt_proj, three norms, selective scan, out-proj, add.
+MAMBA1_KERNELS = (11, 4)
+
+
+@dataclass(frozen=True)
+class MixerCost:
+    """Forward and backward compute seconds, stored bytes per micro-batch, kernels (fwd, of which GEMMs)."""
+
+    fwd: float
+    bwd: float
+    act: float
+    kernels: tuple[int, int]
+
+
+def _shape(m: ModelSpec, mixer: str) -> GatedDeltaNetShape | Mamba1Shape | Mamba2Shape:
+    return m.gdn_shape if mixer == "gdn" else m.mamba_shape
+
+
+def _widths(shape: GatedDeltaNetShape | Mamba1Shape | Mamba2Shape) -> tuple[float, float, float]:
+    """(in-projection outputs, conv channels, inner width) of a mixer."""
+    if isinstance(shape, GatedDeltaNetShape):
+        return shape.in_proj_out, shape.conv_dim, shape.v
+    if isinstance(shape, Mamba2Shape):
+        return shape.in_proj_out, shape.conv_dim, shape.inner
+    return 2 * shape.inner, shape.inner, shape.inner
+
+
+def mixer_cost(m: ModelSpec, dev: DeviceSpec, mixer: str, t: float, tp: int, seq: int, prec: str) -> MixerCost:
+    """One gated-DeltaNet or Mamba mixer on one rank: ``t`` tokens, TP-sharded widths."""
+    shape = _shape(m, mixer)
+    h = m.hidden_size
+    in_out, conv, inner = _widths(shape)
+    gemm_f = gemm_time(dev, t, in_out / tp, h, prec) + gemm_time(dev, t, h, inner / tp, prec)
+    if isinstance(shape, Mamba1Shape):
+        small = shape.dt_rank + 2 * shape.state
+        gemm_f += gemm_time(dev, t, small / tp, inner, prec) + gemm_time(dev, t, inner / tp, shape.dt_rank, prec)
+    scan_flops = 2 * t * shape.scan_macs() / tp
+    scan_f = attention_time(dev, scan_flops, seq, backward=False)
+    scan_b = attention_time(dev, 2.5 * scan_flops, seq, backward=True)
+    elem = memory_time(dev, MIXER_PASSES * t * conv / tp * BF16)
+    fwd = gemm_f + scan_f + elem
+    bwd = 2 * gemm_f + scan_b + 2 * elem
+    # stored per token: norm input and in-projection input (2h each), dropout mask (h), then at TP-sharded
+    # widths the in-projection output, the conv output, the scan output and the out-projection input
+    ts = t / tp
+    act = ts * (5 * h) + t / tp * 2 * (in_out + conv + 2 * inner)
+    kernels = GDN_KERNELS if mixer == "gdn" else (MAMBA1_KERNELS if isinstance(shape, Mamba1Shape) else MAMBA2_KERNELS)
+    return MixerCost(fwd=fwd, bwd=bwd, act=act, kernels=kernels)
+
+
+def mixer_cp_bytes(m: ModelSpec, mixer: str, t: float, tp: int) -> float:
+    """Bytes per rank one all-to-all moves when CP re-shards the mixer input (sequence <-> heads)."""
+    in_out, _, _ = _widths(_shape(m, mixer))
+    return t * in_out / tp * BF16
+
+
+def mixer_out_width(m: ModelSpec, mixer: str | None) -> float:
+    """Width of the mixer's out-projection input (what FP8 quantises besides the layer input)."""
+    if mixer == "gdn":
+        return m.gdn_shape.v
+    if mixer == "mamba":
+        return m.mamba_shape.inner
+    return m.q_dim
+
+
+def recomputed_activations(
+    mixer_act: float, mlp_act: float, mlp_work: float, sublayers: int, norm_out: float, moe_act: float, recompute: str
+) -> tuple[float, float]:
+    """(stored, working set) bytes of a layer from its mixer's and MLP's stored bytes, under a recompute
+    level: ``full`` keeps the layer input (``norm_out`` bytes, 2h per token); ``selective`` (Megatron's
+    ``layernorm`` + ``moe_act`` modules) drops each sub-layer's norm output and the experts' activation."""
+    full, work = mixer_act + mlp_act, mixer_act + mlp_work
+    if recompute == "none":
+        return full, work
+    if recompute == "full":
+        return norm_out, work
+    return full - sublayers * norm_out - moe_act, work
