@@ -171,7 +171,10 @@ FLAG_CASES += [
     (["solve", "-m", "mixtral-s"], "--cluster"),
     ([*SOLVE, "--export", "megatron"], "--out"),
     ([*SOLVE, "--export", "megatron", "--family", "hetero", "--out", "x"], "--family"),
-    ([*SOLVE, "--export", "flagscale", "--family", "megatron", "--out", "x"], "--family"),
+    (
+        ["solve", "-m", "mixtral-s", "-c", "16-2-h", "--export", "mindspeed", "--family", "hetero", "--out", "x"],
+        "--family",
+    ),
     ([*SOLVE, "--out", "no/such/folder/plan.json"], "--out"),
     ([*SOLVE, "--out", "."], "--out"),
     ([*SOLVE, "--plot", "no/such/plot.png"], "--plot"),
