@@ -161,12 +161,15 @@ class StageRules:
     - ``edge_tp``: the first and last stage have one TP (they share the embedding weight);
     - ``edge_dp``: their DPs divide one another (the shared embedding's gradient reduction);
     - ``mesh_min_stages``: every mesh -- a run of consecutive stages of one device type and parallel
-      config -- after the first holds at least this many stages.
+      config -- after the first holds at least this many stages;
+    - ``types_grouped``: the stages of one device type are consecutive (FlagScale ranks processes by
+      device type; the hetero family is built that way, a one-mesh plan must be told).
     """
 
     edge_tp: bool = False
     edge_dp: bool = False
     mesh_min_stages: int = 1
+    types_grouped: bool = False
 
     @property
     def active(self) -> bool:
@@ -189,6 +192,7 @@ def stage_rules(runtime: Runtime | None, model: ModelSpec, settings: Settings | 
         edge_tp=runtime.edge_tp and shared,
         edge_dp=runtime.edge_dp_divisible and shared and dist_opt,
         mesh_min_stages=runtime.mesh_min_stages,
+        types_grouped=True,
     )
 
 
@@ -225,6 +229,14 @@ def stage_rule_problems(rules: StageRules, stages: tuple[Stage, ...] | list[Stag
                 f"the first and last stage share the embedding; their DPs {first.dp} and {last.dp} must divide one another",
             )
         )
+    if rules.types_grouped:
+        seen: list[str] = []
+        for i, s in enumerate(stages):
+            if seen and s.device != seen[-1] and s.device in seen:
+                out.append(("types_grouped", f"stages[{i}].device", f"{s.device} stages are not consecutive"))
+                break
+            if not seen or seen[-1] != s.device:
+                seen.append(s.device)
     if rules.mesh_min_stages > 1:
         for m, (start, n) in enumerate(mesh_runs(stages)):
             if m and n < rules.mesh_min_stages:

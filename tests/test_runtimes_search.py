@@ -23,13 +23,13 @@ from tests.conftest import tiny_cluster, tiny_model
 ST = Settings(seq_length=1024, global_batch_size=4, micro_batch_size=1, dispatcher="alltoall")
 
 
-def brute_force(model, cluster, runtime) -> tuple[float, Plan | None]:
+def brute_force(model, cluster, runtime, family: str = "hetero") -> tuple[float, Plan | None]:
     """Every hetero plan of the runtime's instances, kept when it meets the runtime's rules between
     stages (``stage_rule_problems``) and its last-stage layer minimum, scored by ``estimate``."""
     best, best_plan = math.inf, None
     n = len(model.layer_kinds)
     rules = stage_rules(runtime, model, ST) if runtime is not None else StageRules()
-    for inst in build_instances(model, cluster, ST, "hetero", Pruning.off(), runtime=runtime):
+    for inst in build_instances(model, cluster, ST, family, Pruning.off(), runtime=runtime):  # type: ignore[arg-type]
         _mid, last_min, _first = inst.stage_min_layers
         for key in group_keys(inst):
             opts = [o for o in inst.options if in_group(o, key)]
@@ -47,7 +47,7 @@ def brute_force(model, cluster, runtime) -> tuple[float, Plan | None]:
                         )
                         if stage_rule_problems(rules, stages):
                             continue
-                        plan = Plan(model.name, cluster.name, "hetero", stages, 4, 1024, 1, dispatcher="alltoall")
+                        plan = Plan(model.name, cluster.name, family, stages, 4, 1024, 1, dispatcher="alltoall")  # type: ignore[arg-type]
                         try:
                             check_plan(plan, model, cluster)
                         except PlanError:
@@ -89,6 +89,24 @@ def test_flagscale_search_equals_brute_force(catalog, pattern, mtp, tied, spec):
         assert stage_rule_problems(stage_rules(FLAGSCALE, model, ST), ex.plan.stages) == []
 
 
+def test_flagscale_one_mesh_plans_equal_brute_force(catalog):
+    """A FlagScale search covers one-mesh (megatron-family) plans under its rules: device types grouped,
+    two stages per later mesh, no VPP."""
+    model = tiny_model((1, 1, 1, 1))
+    cluster = tiny_cluster(catalog, [("h800", 2, None), ("910b", 2, None)])
+    expected, plan = brute_force(model, cluster, FLAGSCALE, family="megatron")
+    assert plan is not None
+    dp = solve_dp(model, cluster, ST, family="megatron", pruning=Pruning.off(), runtimes={"megatron": FLAGSCALE})
+    assert dp.objective_s == pytest.approx(expected, rel=1e-9)
+    assert dp.plan.vpp == 1 and stage_rule_problems(stage_rules(FLAGSCALE, model, ST), dp.plan.stages) == []
+    from hapmoe_milp.search import exact
+
+    ex = exact.solve(
+        model, cluster, ST, solver="cpsat", family="megatron", pruning=Pruning.off(), runtimes={"megatron": FLAGSCALE}
+    )
+    assert ex.objective_s == pytest.approx(expected, rel=1e-6)
+
+
 def test_the_rules_bind_on_some_case(catalog):
     """The cases are not vacuous: without FlagScale's rules between stages a faster plan breaks one."""
     bound = 0
@@ -118,8 +136,8 @@ def test_mesh_runs_group_identical_neighbours():
 def test_stage_rules_follow_the_runtime(catalog):
     dsv3 = catalog.model("deepseek-v3")  # MTP shares the embedding
     mix = catalog.model("mixtral-s")  # untied, no MTP
-    assert stage_rules(FLAGSCALE, dsv3) == StageRules(edge_tp=True, edge_dp=True, mesh_min_stages=2)
-    assert stage_rules(FLAGSCALE, mix) == StageRules(mesh_min_stages=2)
+    assert stage_rules(FLAGSCALE, dsv3) == StageRules(edge_tp=True, edge_dp=True, mesh_min_stages=2, types_grouped=True)
+    assert stage_rules(FLAGSCALE, mix) == StageRules(mesh_min_stages=2, types_grouped=True)
     assert stage_rules(FLAGSCALE, dsv3, Settings(distributed_optimizer=False)).edge_dp is False
     assert not stage_rules(MEGATRON, dsv3).active  # one mesh: nothing left between stages
     assert not stage_rules(None, dsv3).active

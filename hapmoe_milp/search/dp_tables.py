@@ -423,7 +423,7 @@ def build_batch(
         kmax[i] = sub.pp if sub.pp else km
         capped[i] = not sub.pp and pr.max_stages > 0 and pr.max_stages < min(n, total_inv)
         first_dp[i] = inst.first_dp
-        contiguous[i] = inst.family == "hetero"
+        contiguous[i] = inst.family == "hetero" or inst.stage_rules.types_grouped
         uniform[i] = pr.uniform_stage_size or (bool(contiguous[i]) and 0 < pr.large_cluster < total_inv)
         lo_stage[i] = inst.stage_min_layers
         rules = inst.stage_rules

@@ -232,7 +232,7 @@ class SubProblem:
         cidx = {c: j for j, c in enumerate(classes)}
         self.classes = classes
         self.cls = np.asarray([cidx[(o.device, o.devices < self.node[o.device])] for o in options], dtype=np.int64)
-        self.contiguous = inst.family == "hetero" and len(self.types) > 1
+        self.contiguous = (inst.family == "hetero" or inst.stage_rules.types_grouped) and len(self.types) > 1
         total = sum(self.inv)
         self.same_size = pr.uniform_stage_size or (inst.family == "hetero" and 0 < pr.large_cluster < total)
         self.align_types: list[int] = []
