@@ -127,6 +127,12 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace, total: float
         "▲/▼: our ratio better/worse than the paper's for that row (for a baseline row, ▼ means our version "
         "of that baseline is weaker relative to MI than the paper's)."
     )
+    out.append(
+        "- Runtimes: ours under `--runtime auto` is a plan a runtime runs as written (FlagScale on these "
+        "cross-vendor clusters: no VPP, CP 1, two stages or more in every later mesh; the Runtime column); "
+        "`--runtime any`, MI and Metis-style are what-if plans in the space the paper compares in, which no "
+        "single runtime is known to run across these vendors."
+    )
     out.append("")
     out.append("### Geometric mean over the clusters")
     out.append("")
