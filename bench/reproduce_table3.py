@@ -19,7 +19,7 @@ from typing import Any
 from common import TABLE3_CLUSTERS, command_line, fx, geomean, progress, quiet_logging, table, update_section
 
 from hapmoe_milp import api
-from hapmoe_milp.baselines import megatron_uniform, plan_summary
+from hapmoe_milp.baselines import megatron_uniform, plan_label
 from hapmoe_milp.errors import HapmoeError
 from hapmoe_milp.search.solution import Solution
 from hapmoe_milp.specs import Catalog
@@ -190,8 +190,8 @@ def render(res: list[dict[str, Any]], total: float) -> str:
     out.append("")
     for r in res:
         f, u = r["full"], r["uniform"]
-        fs = plan_summary(f.plan) if f is not None and f.plan is not None else "none"
-        us = plan_summary(u.plan) if u.plan is not None else "none"
+        fs = plan_label(f.plan) if f is not None and f.plan is not None else "none"
+        us = plan_label(u.plan) if u.plan is not None else "none"
         out.append(f"- {r['model']} {r['cluster']}: full `{fs}` — uniform `{us}`")
     return "\n".join(out) + "\n"
 

@@ -11,7 +11,15 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from hapmoe_milp.config import Settings, check_choice, check_time_limit
+from hapmoe_milp.config import (
+    DEFAULT_TIME_LIMIT,
+    EXACT_SOLVERS,
+    SOLVERS,
+    Settings,
+    check_choice,
+    check_time_limit,
+    make_settings,
+)
 from hapmoe_milp.cost.estimate import Estimate, estimate
 from hapmoe_milp.errors import HapmoeError, InfeasibleError, SettingsError, SolverError
 from hapmoe_milp.plan import Plan, check_plan
@@ -26,12 +34,8 @@ from hapmoe_milp.specs.model_doc import validate_model
 
 log = logging.getLogger(__name__)
 
-SOLVERS = ("dp", "cpsat", "milp", "auto")
 FAMILY_CHOICES = ("both", "megatron", "hetero")
 OFFLOAD_CHOICES = ("auto", True, False)
-# Search time is a product feature: unless told otherwise, stop after a minute and return the best plan
-# found (status "timeout" with its certificate) rather than keep the user waiting.
-DEFAULT_TIME_LIMIT = 60.0
 # A cluster this large with the model's default global batch is checked for idle devices (see idle_warning)
 LARGE_CLUSTER = 64
 
@@ -60,22 +64,6 @@ def resolve(
     return m, c
 
 
-def make_settings(model: ModelSpec, base: Settings | None = None, **kw: Any) -> Settings:
-    """Settings with the model entry's defaults (sequence, global batch, dispatcher) where not given."""
-    d = model.defaults
-    s = base or Settings(
-        seq_length=d.seq_length,
-        global_batch_size=d.global_batch_size,
-        micro_batch_size=d.micro_batch_size,
-        dispatcher=d.moe_token_dispatcher_type,
-    )
-    clean = {k: v for k, v in kw.items() if v is not None}
-    unknown = sorted(set(clean) - set(Settings.__dataclass_fields__))
-    if unknown:
-        raise SettingsError("unknown setting", field=unknown[0])
-    return replace(s, **clean) if clean else s
-
-
 def finalize(sol: Solution, model: ModelSpec, cluster: ClusterSpec, settings: Settings) -> Solution:
     """Re-evaluate the plan with the cost model and attach the prediction, certificate and specs."""
     if sol.plan is None:
@@ -86,6 +74,22 @@ def finalize(sol: Solution, model: ModelSpec, cluster: ClusterSpec, settings: Se
     pred = est.to_dict()
     plan = plan.with_predicted(pred, sol.certificate())
     return replace(sol, plan=plan)
+
+
+def families_for(family: str, target: str | None) -> str:
+    """``family`` checked, and against what an export ``target`` (a runtime) runs."""
+    check_choice("family", family, FAMILY_CHOICES)
+    if target is None:
+        return family
+    check_choice("export", target, tuple(RUNTIMES))
+    need = searched_families(RUNTIMES[target])
+    if family not in ("both", *need):
+        raise SettingsError(
+            f"{target} runs {need[0]}-family plans only, and --family asks for {family}; drop --family or "
+            "change the export target",
+            field="family",
+        )
+    return family
 
 
 def model_problem(rt: Runtime, model: ModelSpec | None) -> str | None:
@@ -129,13 +133,7 @@ def search_spaces(
             )
         if runtime not in (AUTO, export):
             raise SettingsError(f"is {runtime}, but --export asks for {export}; give one of them", field="runtime")
-        need = searched_families(RUNTIMES[export])
-        if family not in ("both", *need):
-            raise SettingsError(
-                f"{export} runs {need[0]}-family plans only, and --family asks for {family}; drop --family or "
-                "change the export target",
-                field="family",
-            )
+        families_for(family, export)
         runtime, flag = export, "export"
     try:
         found = resolve_runtimes(runtime, cluster)
@@ -251,6 +249,31 @@ def solve(
     raise diagnose(m, c, tries[-1], families(_family_arg(spaces)))
 
 
+def explain(sol: Solution) -> dict[str, Any]:
+    """Why the plan is fast or slow: the stage that sets the 1F1B rate, the layers each device type holds,
+    and the runner-up plan with its distance (``solve --explain``)."""
+    plan = sol.plan
+    assert plan is not None
+    pred = plan.predicted
+    st = max(pred["stages"], key=lambda s: s["stage_time_s"])
+    out: dict[str, Any] = {
+        "bottleneck_stage": st["index"],
+        "bottleneck_device": st["device"],
+        "family": plan.family,
+        "why": (
+            f"{pred['stages'][0]['micro_batch']}-sample micro-batches x {plan.num_microbatches} per iteration; "
+            f"the slowest stage takes {1e3 * st['stage_time_s']:.1f} ms per micro-batch and sets the 1F1B rate"
+        ),
+        "layers_per_device": {s["device"]: round(s["layers"] / s["devices"], 3) for s in pred["stages"]},
+    }
+    if sol.runner_up is not None and sol.runner_up_s is not None:
+        out["runner_up"] = (
+            f"{sol.runner_up.label()} at {sol.runner_up_s:.4f} s "
+            f"(+{100 * (sol.runner_up_s / sol.objective_s - 1):.2f}%)"
+        )
+    return out
+
+
 def timeout_hint(sol: Solution, limit: float | None) -> str:
     """What to say when a search stopped at its time limit with a plan that may not be the best."""
     lim = limit if limit is not None else DEFAULT_TIME_LIMIT
@@ -313,7 +336,7 @@ def _run_solver(
         return solve_dp(
             m, c, st, family=family, pruning=pruning, time_limit=time_limit, progress=progress, runtimes=spaces
         )
-    if solver in ("cpsat", "milp", "auto"):
+    if solver in EXACT_SOLVERS:
         try:
             from hapmoe_milp.search import exact
         except ImportError as exc:  # pragma: no cover - until the exact solvers land
@@ -354,6 +377,8 @@ __all__ = [
     "DEFAULT_TIME_LIMIT",
     "HapmoeError",
     "estimate_plan",
+    "explain",
+    "families_for",
     "idle_warning",
     "make_settings",
     "resolve",

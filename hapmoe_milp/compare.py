@@ -15,10 +15,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from hapmoe_milp.config import Settings
+from hapmoe_milp.config import EXACT_SOLVERS, Settings
 from hapmoe_milp.errors import SolverError
 from hapmoe_milp.instance import build_instances, groups
-from hapmoe_milp.plan import Plan, Stage
+from hapmoe_milp.plan import Plan
 from hapmoe_milp.search.solution import Solution
 from hapmoe_milp.space import Pruning
 from hapmoe_milp.specs.cluster import ClusterSpec
@@ -26,7 +26,8 @@ from hapmoe_milp.specs.model import ModelSpec
 
 log = logging.getLogger(__name__)
 
-SOLVERS = ("dp", "dp-exact", "cpsat", "milp", "auto")
+#: What ``compare`` runs: the product solvers plus ``dp-exact`` (the DP with every pruning switch off).
+SOLVERS = ("dp", "dp-exact", *EXACT_SOLVERS)
 #: Rough size of the unpruned DP (layers^2 x slots x largest group x device-usage states / 2) above
 #: which it is not attempted. Measured on a 2-core machine (its bounds prune most of that space):
 #: Mixtral-S 16-1 1.4e8 -> 4 s, 24-1 7.5e8 -> 14 s, 32-3 1.8e9 -> 9 s; Mixtral-L 16-1 5.7e8 -> 17 s,
@@ -55,14 +56,6 @@ def dp_exact_work(model: ModelSpec, cluster: ClusterSpec, settings: Settings, fa
     return work
 
 
-def stage_label(s: Stage) -> str:
-    return f"{s.device} x{s.devices} {s.cfg.label()} r={s.recompute} [{s.layer_start},{s.layer_end})"
-
-
-def plan_summary(plan: Plan | None) -> list[str]:
-    return [] if plan is None else [stage_label(s) for s in plan.stages]
-
-
 def plan_diff(ref: Plan, other: Plan) -> list[dict[str, Any]]:
     """Stage-by-stage differences (by pipeline position) between two plans; empty when identical."""
     rows = []
@@ -70,7 +63,7 @@ def plan_diff(ref: Plan, other: Plan) -> list[dict[str, Any]]:
         a = ref.stages[i] if i < ref.pp else None
         b = other.stages[i] if i < other.pp else None
         if a != b:
-            rows.append({"stage": i, "reference": a and stage_label(a), "other": b and stage_label(b)})
+            rows.append({"stage": i, "reference": a and a.label(), "other": b and b.label()})
     if ref.num_microbatches != other.num_microbatches:
         rows.append({"stage": "M", "reference": ref.num_microbatches, "other": other.num_microbatches})
     return rows
@@ -120,7 +113,7 @@ def _run(
             name="dp-exact",
         )
         return sol
-    if name in ("cpsat", "milp", "auto"):
+    if name in EXACT_SOLVERS:
         kw = {k: v for k, v in options.items() if k != "dp_exact_max_work"}
         return exact.solve(
             model,
@@ -158,6 +151,61 @@ def compare_solvers(
     for name in solvers:
         if name not in SOLVERS:
             raise SolverError(f"unknown solver {name!r} for compare; choose from {', '.join(SOLVERS)}")
+    sols, results = _run_all(model, cluster, settings, solvers, family, time_limit, warm_start, options)
+    if any(r["status"] == "infeasible" for r in results):
+        from hapmoe_milp.search.diagnose import diagnose
+        from hapmoe_milp.search.dp import families
+
+        why = str(diagnose(model, cluster, settings, families(family)))
+        for r in results:
+            if r["status"] == "infeasible":
+                r["message"] = why  # one explanation for every solver
+    with_plan = {k: s for k, s in sols.items() if s.plan is not None and math.isfinite(s.objective_s)}
+    best_obj = min((s.objective_s for s in with_plan.values()), default=math.inf)
+    bounds = [s.bound_s for s in sols.values() if s.bound_s == s.bound_s and s.bound_s is not None]
+    best_bound = max((b for b in bounds if math.isfinite(b)), default=math.nan)
+    optimal = {k: s for k, s in with_plan.items() if s.status == "optimal"}
+    dp = sols.get("dp")
+    dp_gap = math.nan
+    if dp is not None and dp.plan is not None and best_bound == best_bound:
+        dp_gap = max(0.0, (dp.objective_s - best_bound) / dp.objective_s)
+    # the proven optimum: the best plan of a solver that proved optimality (exact solvers, dp-exact)
+    proven = {k: s for k, s in optimal.items() if k != "dp"}
+    proven_opt = min((s.objective_s for s in proven.values()), default=math.nan)
+    dp_distance = math.nan
+    if dp is not None and dp.plan is not None and proven_opt == proven_opt:
+        dp_distance = (dp.objective_s - proven_opt) / proven_opt
+    ref_name = min(with_plan, key=lambda k: (with_plan[k].objective_s, k != "cpsat"), default=None)
+    return {
+        "model": model.name,
+        "cluster": cluster.name,
+        "family": family,
+        "time_limit_s": time_limit,
+        "results": results,
+        "agree": _agreement(sols, with_plan, optimal),
+        "consistent": _consistent(sols, best_obj),
+        "best_objective_s": best_obj,
+        "best_bound_s": best_bound,
+        "dp_gap": dp_gap,
+        "proven_optimum_s": proven_opt,
+        "proved_by": sorted(proven),
+        "dp_distance_to_optimum": dp_distance,
+        "reference": ref_name,
+        "diffs": _diffs(with_plan, ref_name),
+    }
+
+
+def _run_all(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    settings: Settings,
+    solvers: Sequence[str],
+    family: str,
+    time_limit: float | None,
+    warm_start: bool,
+    options: dict[str, Any],
+) -> tuple[dict[str, Solution], list[dict[str, Any]]]:
+    """Each solver in turn: its solution (unless skipped) and its report row."""
     sols: dict[str, Solution] = {}
     results: list[dict[str, Any]] = []
     hint: Plan | None = None
@@ -191,24 +239,17 @@ def compare_solvers(
                 "wall_s": out.wall_s,
                 "proved_by": out.stats.get("proved_by") if out.status == "optimal" else None,
                 "tolerance_s": _tolerance(out),
-                "plan": plan_summary(out.plan),
+                "plan": [s.label() for s in out.plan.stages] if out.plan is not None else [],
                 "message": out.message,
                 "stats": {k: v for k, v in out.stats.items() if isinstance(v, (int, float, str, bool))},
             }
         )
-    if any(r["status"] == "infeasible" for r in results):
-        from hapmoe_milp.search.diagnose import diagnose
-        from hapmoe_milp.search.dp import families
+    return sols, results
 
-        why = str(diagnose(model, cluster, settings, families(family)))
-        for r in results:
-            if r["status"] == "infeasible":
-                r["message"] = why  # one explanation for every solver
-    with_plan = {k: s for k, s in sols.items() if s.plan is not None and math.isfinite(s.objective_s)}
-    best_obj = min((s.objective_s for s in with_plan.values()), default=math.inf)
-    bounds = [s.bound_s for s in sols.values() if s.bound_s == s.bound_s and s.bound_s is not None]
-    best_bound = max((b for b in bounds if math.isfinite(b)), default=math.nan)
-    optimal = {k: s for k, s in with_plan.items() if s.status == "optimal"}
+
+def _agreement(sols: dict[str, Solution], with_plan: dict[str, Solution], optimal: dict[str, Solution]) -> bool | None:
+    """Every pair of optimal results within their stated tolerances; exact solvers that all prove
+    infeasibility agree; one proving infeasible what another solved disagrees. None: too few to compare."""
     agree: bool | None = None
     if len(optimal) >= 2:
         agree = True
@@ -224,6 +265,11 @@ def compare_solvers(
         agree = True  # the exact solvers agree that nothing fits
     if infeasible and with_plan and any(sols[k].solver != "dp" for k in infeasible):
         agree = False  # an exact solver proved infeasible what another solved
+    return agree
+
+
+def _consistent(sols: dict[str, Solution], best_obj: float) -> bool:
+    """No solver's proven bound lies above the best plan's objective (beyond the stated tolerances)."""
     consistent = True
     if math.isfinite(best_obj):
         for k, s in sols.items():
@@ -231,43 +277,22 @@ def compare_solvers(
             if b == b and math.isfinite(b) and b > best_obj + _tolerance(s) + FLOAT_TOLERANCE * best_obj:
                 log.warning("compare: %s bound %.9g exceeds the best objective %.9g", k, b, best_obj)
                 consistent = False
-    dp = sols.get("dp")
-    dp_gap = math.nan
-    if dp is not None and dp.plan is not None and best_bound == best_bound:
-        dp_gap = max(0.0, (dp.objective_s - best_bound) / dp.objective_s)
-    # the proven optimum: the best plan of a solver that proved optimality (exact solvers, dp-exact)
-    proven = {k: s for k, s in optimal.items() if k != "dp"}
-    proven_opt = min((s.objective_s for s in proven.values()), default=math.nan)
-    dp_distance = math.nan
-    if dp is not None and dp.plan is not None and proven_opt == proven_opt:
-        dp_distance = (dp.objective_s - proven_opt) / proven_opt
+    return consistent
+
+
+def _diffs(with_plan: dict[str, Solution], ref_name: str | None) -> dict[str, list[dict[str, Any]]]:
+    """Stage-by-stage differences of every other plan from the reference (the best) plan."""
     diffs: dict[str, list[dict[str, Any]]] = {}
-    ref_name = min(with_plan, key=lambda k: (with_plan[k].objective_s, k != "cpsat"), default=None)
-    if ref_name is not None:
-        ref = with_plan[ref_name].plan
-        assert ref is not None
-        for k, s in with_plan.items():
-            if k != ref_name and s.plan is not None:
-                d = plan_diff(ref, s.plan)
-                if d:
-                    diffs[k] = d
-    return {
-        "model": model.name,
-        "cluster": cluster.name,
-        "family": family,
-        "time_limit_s": time_limit,
-        "results": results,
-        "agree": agree,
-        "consistent": consistent,
-        "best_objective_s": best_obj,
-        "best_bound_s": best_bound,
-        "dp_gap": dp_gap,
-        "proven_optimum_s": proven_opt,
-        "proved_by": sorted(proven),
-        "dp_distance_to_optimum": dp_distance,
-        "reference": ref_name,
-        "diffs": diffs,
-    }
+    if ref_name is None:
+        return diffs
+    ref = with_plan[ref_name].plan
+    assert ref is not None
+    for k, s in with_plan.items():
+        if k != ref_name and s.plan is not None:
+            d = plan_diff(ref, s.plan)
+            if d:
+                diffs[k] = d
+    return diffs
 
 
 def format_markdown(report: dict[str, Any]) -> str:
@@ -351,7 +376,7 @@ def compare_runtimes(
                 "iteration_time_s": sol.objective_s,
                 "tokens_per_s": pred.get("tokens_per_s"),
                 "mfu": pred.get("mfu"),
-                "stages": plan_summary(plan),
+                "stages": [s.label() for s in plan.stages],
             }
         )
         rows.append(row)

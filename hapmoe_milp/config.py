@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from hapmoe_milp.errors import SettingsError
 from hapmoe_milp.limits import MAX_BATCH, MAX_DEVICES, MAX_IMBALANCE, MAX_SEQ_LENGTH, MAX_TIME_LIMIT_S
@@ -25,6 +25,16 @@ Family = Literal["megatron", "hetero"]
 FAMILIES: tuple[str, ...] = ("megatron", "hetero")
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
 DISPATCHERS: tuple[str, ...] = ("allgather", "alltoall", "flex")
+#: The searches a user can ask for by name: the pruned DP, and the exact backends (``auto`` lets the
+#: exact front end pick and chain them). Written once; the API, presets, sweeps and the CLI check against it.
+EXACT_SOLVERS: tuple[str, ...] = ("cpsat", "milp", "auto")
+SOLVERS: tuple[str, ...] = ("dp", *EXACT_SOLVERS)
+#: Optimizer offload as every front end spells it: ``auto`` (offload only if nothing fits otherwise), ``on``
+#: or ``off``; :func:`offload_choice` turns it into what ``api.solve`` takes (``"auto"``, True, False).
+OFFLOAD_WORDS: tuple[str, ...] = ("auto", "on", "off")
+# Search time is a product feature: unless told otherwise, stop after a minute and return the best plan
+# found (status "timeout" with its certificate) rather than keep the user waiting.
+DEFAULT_TIME_LIMIT = 60.0
 
 
 # ---------------------------------------------------------------------- value checks (one place)
@@ -86,6 +96,12 @@ def check_bool(name: str, v: Any) -> bool:
     if not isinstance(v, bool):
         raise SettingsError(f"must be true or false, got {_show(v)}", field=name)
     return v
+
+
+def offload_choice(v: Any, choices: tuple[str, ...] = OFFLOAD_WORDS) -> bool | Literal["auto"]:
+    """``auto``/``on``/``off`` (a subset where ``auto`` means nothing, e.g. one fixed plan) -> "auto"/True/False."""
+    word = check_choice("optimizer_offload", v, choices)
+    return "auto" if word == "auto" else word == "on"
 
 
 def check_time_limit(v: Any, name: str = "time_limit") -> float:
@@ -196,3 +212,37 @@ def settings_from_dict(d: dict[str, Any], base: Settings | None = None) -> Setti
     if unknown:
         raise SettingsError(f"unknown setting; known: {', '.join(SETTINGS_FIELDS)}", field=unknown[0])
     return replace(base or Settings(), **d)
+
+
+class ModelDefaults(Protocol):
+    """What :func:`make_settings` reads of a model entry's ``defaults`` (``specs.model.TrainingDefaults``); a
+    protocol, because the specs layer sits above this module and imports it."""
+
+    seq_length: int
+    global_batch_size: int
+    micro_batch_size: int
+    moe_token_dispatcher_type: str
+
+
+class HasDefaults(Protocol):
+    @property
+    def defaults(self) -> ModelDefaults: ...
+
+
+def make_settings(model: HasDefaults, base: Settings | None = None, **kw: Any) -> Settings:
+    """Settings with the model entry's defaults (sequence, global batch, dispatcher) where not given.
+
+    ``kw`` are Settings fields; None means "not given" (so front ends can pass their optional flags as they
+    are), an unknown name raises naming it."""
+    d = model.defaults
+    s = base or Settings(
+        seq_length=d.seq_length,
+        global_batch_size=d.global_batch_size,
+        micro_batch_size=d.micro_batch_size,
+        dispatcher=d.moe_token_dispatcher_type,
+    )
+    clean = {k: v for k, v in kw.items() if v is not None}
+    unknown = sorted(set(clean) - set(Settings.__dataclass_fields__))
+    if unknown:
+        raise SettingsError("unknown setting", field=unknown[0])
+    return replace(s, **clean) if clean else s

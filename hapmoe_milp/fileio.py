@@ -13,8 +13,9 @@ import contextlib
 import json
 import math
 import os
+import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,28 @@ def clean_json(v: Any) -> Any:
 def dumps(obj: Any, *, indent: int | None = 2, sort_keys: bool = False) -> str:
     """JSON that every parser accepts: never NaN/Infinity (``allow_nan=False`` after :func:`clean_json`)."""
     return json.dumps(clean_json(obj), indent=indent, sort_keys=sort_keys, allow_nan=False)
+
+
+# ---------------------------------------------------------------------- stdout carries only the answer
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Point file descriptor 1 at stderr while libraries run (HiGHS, CBC and OR-Tools print banners and
+    logs from C code, which no Python-level redirect catches), so stdout carries only the answer. The CLI
+    wraps long work in it; the MILP backend wraps HiGHS's set-up, which prints before any flag can stop it."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):  # no real fd 1 (embedded use): nothing to guard
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 # ---------------------------------------------------------------------- checking paths before the work
@@ -119,7 +142,7 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def write_text_atomic(path: str | Path, text: str, *, field: str = "--out", executable: bool = False) -> Path:
+def write_text_atomic(path: str | Path, text: str, *, field: str = "path", executable: bool = False) -> Path:
     """Write ``text`` to ``path`` all or nothing (temp file in the same folder, fsync, rename)."""
     p = Path(path)
     mode = 0o755 if executable else 0o644
@@ -143,7 +166,7 @@ def write_files_atomic(
     *,
     executable: Iterable[str] = (),
     remove: Iterable[Path] = (),
-    field: str = "--out",
+    field: str = "folder",
 ) -> list[Path]:
     """Write several files into ``folder`` so that either all of them replace their previous versions or
     none does: every file goes to a temporary name first; only when all are written and fsynced are they

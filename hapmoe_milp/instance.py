@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,10 +20,12 @@ from hapmoe_milp.config import RECOMPUTE_LEVELS, Family, ParallelConfig, Setting
 from hapmoe_milp.cost.model import CostModel, LayerCost
 from hapmoe_milp.cost.pipeline import in_flight, pipeline_coefficients
 from hapmoe_milp.plan import Plan, Stage
-from hapmoe_milp.runtimes import Runtime
 from hapmoe_milp.space import PruneCounter, Pruning, StageRules, configs, runtime_allows, stage_rules, stage_sizes
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import LayerKind, ModelSpec
+
+if TYPE_CHECKING:  # the runtime is read through the instance; only its type is named here
+    from hapmoe_milp.runtimes import Runtime
 
 ATTRS = ("fwd", "bwd", "weights", "act", "rs", "ag", "opt")
 

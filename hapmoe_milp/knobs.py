@@ -6,7 +6,7 @@ from typing import Any
 
 from hapmoe_milp.config import RECOMPUTE_LEVELS, ParallelConfig, Settings, check_choice, check_int
 from hapmoe_milp.errors import PlanError
-from hapmoe_milp.export.megatron import layout_problems, layout_rank_layers, parse_layout
+from hapmoe_milp.layout import layout_problems, layout_rank_layers, parse_layout
 from hapmoe_milp.limits import MAX_DEVICES
 from hapmoe_milp.plan import Plan, Stage
 

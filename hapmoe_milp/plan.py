@@ -76,6 +76,13 @@ class Stage:
     def num_layers(self) -> int:
         return self.layer_end - self.layer_start
 
+    def label(self) -> str:
+        """One stage in a few characters: ``h800x8[TP/CP/DP/EP/ETP] sel:12`` (device x count, mesh,
+        recompute when not none, layers). Every report that names a stage uses this spelling."""
+        c = self.cfg
+        rec = {"none": "", "selective": " sel", "full": " full"}[self.recompute]
+        return f"{self.device}x{self.devices}[{c.tp}/{c.cp}/{c.dp}/{c.ep}/{c.etp}]{rec}:{self.num_layers}"
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -261,6 +268,35 @@ class Plan:
             for s, off in zip(self.stages, self.slot_offsets(cluster), strict=True)
         ]
 
+    def label(self) -> str:
+        """One line: family (and VPP when interleaved), then the stages' :meth:`Stage.label` joined by
+        `` | `` -- what tables and logs print for a plan (bench/RESULTS.md quotes it)."""
+        v = f" vpp{self.vpp}" if self.vpp > 1 else ""
+        return f"{self.family}{v} " + " | ".join(s.label() for s in self.stages)
+
+    def summary(self) -> dict[str, Any]:
+        """The layout as a small JSON-ready mapping (no specs, no predictions): what a sweep row records."""
+        return {
+            "family": self.family,
+            "runtime": self.runtime,
+            "pp": self.pp,
+            "vpp": self.vpp,
+            "num_microbatches": self.num_microbatches,
+            "micro_batch_size": self.micro_batch_size,
+            "global_batch_size": self.global_batch_size,
+            "seq_length": self.seq_length,
+            "stages": [
+                {
+                    "device": s.device,
+                    "devices": s.devices,
+                    "layers": [s.layer_start, s.layer_end],
+                    "config": s.cfg.label(),
+                    "recompute": s.recompute,
+                }
+                for s in self.stages
+            ],
+        }
+
     def rank_ranges(self) -> list[tuple[int, int]]:
         """Global rank range [first, last] of each stage (pipeline stage s owns consecutive ranks)."""
         out, r = [], 0
@@ -314,7 +350,7 @@ class Plan:
         """Strict JSON (no NaN or Infinity: a bound that does not exist is null)."""
         return dumps(self.to_dict(), indent=2)
 
-    def write(self, path: str | Path, *, field: str = "--out") -> Path:
+    def write(self, path: str | Path, *, field: str = "path") -> Path:
         """Write the plan file atomically (all or nothing)."""
         return write_text_atomic(path, self.to_json() + "\n", field=field)
 

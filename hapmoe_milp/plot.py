@@ -19,6 +19,7 @@ from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.cost.pipeline import Timeline, simulate
 from hapmoe_milp.cost.stage import StageTotals
 from hapmoe_milp.errors import HapmoeError
+from hapmoe_milp.fileio import OutputError
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.specs.catalog import Catalog
 from hapmoe_milp.specs.cluster import ClusterSpec
@@ -35,7 +36,7 @@ SYNC_COLOR = "#8C8C8C"
 LABEL_MAX_MICROBATCHES = 16
 
 
-def require_matplotlib(field: str = "--plot") -> tuple[Any, Any]:
+def require_matplotlib(field: str = "out_png") -> tuple[Any, Any]:
     """(Figure, FigureCanvasAgg), or a HapmoeError with the install hint when matplotlib is missing."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -54,7 +55,7 @@ def save_figure(fig: Any, canvas_cls: Any, out_png: str | Path) -> Path:
     try:
         fig.savefig(out, dpi=120, format="png")
     except OSError as exc:
-        raise HapmoeError(f"cannot write {out}: {exc}", field="--plot") from None
+        raise OutputError(f"cannot write {out}: {exc}", field="out_png") from None
     log.info("wrote %s", out)
     return out
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hapmoe_milp.config import SOLVERS
 from hapmoe_milp.errors import SpecError
 from hapmoe_milp.space import Pruning
 from hapmoe_milp.specs._fields import Fields, load_document
@@ -27,7 +28,7 @@ def load_preset(ref: str | Path, root: Path) -> Preset:
     doc = load_document(p)
     f = Fields(doc, str(p))
     name = f.str_("name", p.stem)
-    solver = f.choice("solver", ("dp", "cpsat", "milp", "auto"), "dp")
+    solver = f.choice("solver", SOLVERS, "dp")
     tl = f.float_("time_limit", None)
     pr_doc = f.raw("pruning", {})
     if not isinstance(pr_doc, dict):

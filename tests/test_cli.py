@@ -203,6 +203,18 @@ def test_progress_on_a_terminal_goes_to_stderr_only(monkeypatch, capsys):
     json.loads(out)  # the progress display did not touch stdout
 
 
+def test_an_explicit_solver_flag_wins_over_the_preset(tmp_path, capsys):
+    """A preset fills in what the user did not say; it never overrides a flag they typed. `--solver dp` with a
+    preset naming another solver runs the DP (it used to be indistinguishable from the default and lost)."""
+    preset = tmp_path / "exact.yaml"
+    preset.write_text("name: exact\nsolver: milp\ntime_limit: 20\n")
+    base = ["solve", "-m", "mixtral-s", "-c", "16-1-h", "--solver-config", str(preset), "--json"]
+    code, out, _ = _in_process([*base, "--solver", "dp"], capsys)
+    assert code == 0 and json.loads(out)["solver"]["name"] == "dp"
+    code, out, _ = _in_process(base, capsys)  # no flag: the preset's solver
+    assert code == 0 and json.loads(out)["solver"]["name"] == "milp"
+
+
 def test_timeout_says_how_to_give_more_time(capsys):
     code, out, err = _in_process(["solve", "-m", "mixtral-l", "-c", "32-2", "--time-limit", "0.02"], capsys)
     assert "Traceback" not in err

@@ -146,6 +146,13 @@ for flag, bad in (
     for v in bad:
         args = [*SOLVE, flag, v] + (["--out", "launch"] if flag == "--export" else [])
         FLAG_CASES.append((args, flag))
+# optimizer offload has one vocabulary (auto/on/off); one fixed plan (estimate) is either on or off
+for argv in (
+    [*EST, "--optimizer-offload", "auto"],
+    [*EST, "--optimizer-offload", "yes"],
+    ["compare", "-m", "mixtral-s", "-c", "16-1", "--optimizer-offload", "true"],
+):
+    FLAG_CASES.append((argv, "--optimizer-offload"))
 for v in ("fp4", "magic"):
     FLAG_CASES.append(
         ([*EST, "--precision" if v == "fp4" else "--dispatcher", v], "--precision" if v == "fp4" else "--dispatcher")

@@ -17,7 +17,7 @@ from hapmoe_milp.cost.estimate import estimate
 from hapmoe_milp.cost.primitives import GIB
 from hapmoe_milp.plan import Plan, Stage, check_plan
 from hapmoe_milp.specs import Catalog, ClusterSpec, NodeGroup
-from tests.test_cost_layers import synthetic_device, tiny_moe
+from tests.helpers import synthetic_device, tiny_moe
 
 S = 4096
 BREAKDOWN_KEYS = {"compute", "host", "tp", "cp", "ep", "pp_p2p", "dp_sync", "optimizer", "bubble"}

@@ -14,96 +14,25 @@ import pytest
 
 from hapmoe_milp.config import ParallelConfig, Settings
 from hapmoe_milp.cost.model import ADAM_BYTES_PER_PARAM, ELEMENTWISE_PASSES_H, CostModel
-from hapmoe_milp.specs import Catalog, ClusterSpec, ModelSpec, NodeGroup
-from hapmoe_milp.specs.device import PRIMITIVES, DeviceSpec, IntraNode
-from hapmoe_milp.specs.runtime import RuntimeParams
-from hapmoe_milp.specs.tables import constant_table
+from hapmoe_milp.specs import Catalog, ModelSpec
+from hapmoe_milp.specs.device import DeviceSpec
+from tests.helpers import (
+    AEFF_B,
+    AEFF_F,
+    EFF,
+    FP8_PEAK,
+    HUGE_BW,
+    INTER,
+    INTRA,
+    PEAK,
+    dense_mha,
+    synthetic_cluster,
+    synthetic_device,
+    tiny_moe,
+)
 
-PEAK = 100e12  # bf16 FLOP/s
-FP8_PEAK = 200e12
-EFF = 0.5  # GEMM efficiency
-AEFF_F, AEFF_B = 0.4, 0.25  # attention core forward / backward efficiency
-HUGE_BW = 1e12  # GB/s: element-wise work vanishes (relative 1e-9)
-INTRA = {"all_reduce": 100.0, "all_gather": 200.0, "reduce_scatter": 250.0, "all_to_all": 50.0, "p2p": 400.0}
-INTER = {"all_reduce": 10.0, "all_gather": 20.0, "reduce_scatter": 25.0, "all_to_all": 5.0, "p2p": 40.0}
 S = 4096
 REL = 1e-6
-
-
-def synthetic_device(
-    *,
-    mem_GBps: float = HUGE_BW,
-    mbe: float = 1.0,
-    intra: dict[str, float] | None = None,
-    inter: dict[str, float] | None = None,
-    fabric: str = "switch",
-    memory_gib: float = 1e6,
-    gemm_eff: float = EFF,
-    attn_eff: tuple[float, float] = (AEFF_F, AEFF_B),
-) -> DeviceSpec:
-    ib, xb = intra or INTRA, inter or INTER
-    return DeviceSpec(
-        id="syn",
-        name="synthetic",
-        vendor="test",
-        provenance="datasheet+public-benchmarks",
-        memory_gib=memory_gib,
-        memory_bandwidth_GBps=mem_GBps,
-        peak_tflops={"bf16": PEAK / 1e12, "fp8": FP8_PEAK / 1e12},
-        devices_per_node=8,
-        intra=IntraNode(fabric, 350.0, 50.0 if fabric == "mesh" else 350.0),
-        nic_Gbps=400.0,
-        gemm_efficiency=constant_table(gemm_eff),
-        attention_efficiency=constant_table(attn_eff[0]),
-        attention_bwd_efficiency=constant_table(attn_eff[1]),
-        runtime=replace(
-            RuntimeParams.roofline(memory_efficiency=mbe),
-            a2a_intra_GBps=ib["all_to_all"],
-            a2a_inter_GBps=xb["all_to_all"],
-            flex_intra_GBps=2 * ib["all_to_all"],
-            flex_inter_GBps=2 * xb["all_to_all"],
-        ),
-        collectives={
-            "intra": {p: constant_table(ib[p]) for p in PRIMITIVES},
-            "inter": {p: constant_table(xb[p]) for p in PRIMITIVES},
-        },
-    )
-
-
-def synthetic_cluster(dev: DeviceSpec | None = None, nodes: int = 2) -> ClusterSpec:
-    return ClusterSpec(name="syn", groups=(NodeGroup(dev or synthetic_device(), nodes, 8),))
-
-
-def dense_mha(**kw) -> ModelSpec:
-    """h 1024, 8 heads of 128 (MHA), F 4096, non-gated: Korthikanti's / Megatron's textbook layer."""
-    base = dict(
-        name="dense-mha",
-        num_layers=8,
-        hidden_size=1024,
-        num_attention_heads=8,
-        vocab_size=32000,
-        ffn_hidden_size=4096,
-        swiglu=False,
-    )
-    return ModelSpec(**(base | kw))
-
-
-def tiny_moe(**kw) -> ModelSpec:
-    """h 1024, 8 heads, GQA with 2 groups of 128, 8 experts top-2 of width 2048, SwiGLU."""
-    base = dict(
-        name="tiny-moe",
-        num_layers=8,
-        hidden_size=1024,
-        num_attention_heads=8,
-        num_query_groups=2,
-        kv_channels=128,
-        vocab_size=32000,
-        ffn_hidden_size=4096,
-        num_experts=8,
-        moe_router_topk=2,
-        moe_ffn_hidden_size=2048,
-    )
-    return ModelSpec(**(base | kw))
 
 
 def cm_for(model: ModelSpec, dev: DeviceSpec | None = None, nodes: int = 2, **st) -> CostModel:

@@ -39,7 +39,7 @@ from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.cost.pipeline import in_flight
 from hapmoe_milp.cost.primitives import GIB
 from hapmoe_milp.cost.stage import stage_totals
-from tests.test_cost_layers import dense_mha, synthetic_cluster, tiny_moe
+from tests.helpers import dense_mha, synthetic_cluster, tiny_moe
 
 S = 4096
 H, F, V, L = 1024, 4096, 32000, 8

@@ -101,3 +101,22 @@ def test_offload_scenarios_are_covered() -> None:
     the parametrised round trips above include offload plans. Checked on one small cluster here."""
     sol = solved("mixtral-l", "16-1-h")
     assert sol.plan.settings().optimizer_offload is True
+
+
+def test_plan_and_stage_labels_spell_the_layout():
+    """One vocabulary for every report (CLI, sweep rows, compare, baselines; bench/RESULTS.md quotes it):
+    device x count, [TP/CP/DP/EP/ETP], recompute when not none, layers; stages joined by ' | '."""
+    from hapmoe_milp.config import ParallelConfig
+    from hapmoe_milp.plan import Plan, Stage
+
+    cfg = ParallelConfig(tp=2, dp=4, ep=8)
+    stages = (Stage("h800", cfg, 0, 12), Stage("910b", cfg, 12, 24, "selective"))
+    p = Plan("m", "c", "megatron", stages, global_batch_size=256, seq_length=4096, micro_batch_size=1, vpp=2)
+    assert p.stages[1].label() == "910bx8[2/1/4/8/1] sel:12"
+    assert p.label() == "megatron vpp2 h800x8[2/1/4/8/1]:12 | 910bx8[2/1/4/8/1] sel:12"
+    s = p.summary()
+    assert (s["pp"], s["vpp"], s["num_microbatches"]) == (2, 2, 256 // 4)
+    assert [(st["device"], st["devices"], st["layers"], st["recompute"]) for st in s["stages"]] == [
+        ("h800", 8, [0, 12], "none"),
+        ("910b", 8, [12, 24], "selective"),
+    ]

@@ -70,5 +70,5 @@ def test_missing_matplotlib_is_a_clear_error(hetero, tmp_path, monkeypatch):
     m, c, plan = hetero
     with pytest.raises(HapmoeError, match=r"hapmoe-milp\[plot\]") as ei:
         plot_schedule(m, c, plan, tmp_path / "x.png")
-    assert ei.value.field == "--plot"
+    assert ei.value.field == "out_png"  # the argument; the CLI calls it --plot
     assert not (tmp_path / "x.png").exists()

@@ -25,30 +25,7 @@ from hapmoe_milp.plan import Plan, Stage, check_plan
 from hapmoe_milp.search.dp import solve_dp
 from hapmoe_milp.search.dp_reference import solve_dp_reference
 from hapmoe_milp.space import Pruning
-from tests.conftest import tiny_cluster, tiny_model
-
-
-def lead_block(model) -> int | None:
-    """Leading decoder layers of another kind than the rest (None: more mixed than one leading block)."""
-    dec = [k for k in model.layer_kinds if k != "mtp"]
-    rest = len(dec)
-    while rest and dec[rest - 1] == dec[-1]:
-        rest -= 1
-    return rest if len(set(dec[:rest])) <= 1 else None
-
-
-def interleavable(model, counts: list[int], v: int, m: int) -> bool:
-    """The interleaved plans the DP searches (its docstrings state the rule): Megatron's ``P > 1`` and
-    ``M % P == 0``, a layer in every virtual chunk (the last rank also fits its MTP layers after ``v - 1``
-    decoder layers), and a layer sequence whose chunks price like the stage's contiguous range."""
-    p = len(counts)
-    lead = lead_block(model)
-    mtp = sum(1 for k in model.layer_kinds if k == "mtp")
-    if p < 2 or m % p or lead is None:
-        return False
-    if any(c < v for c in counts) or counts[-1] < v + max(0, mtp - 1):
-        return False
-    return -(-counts[0] // v) >= lead
+from tests.helpers import interleavable, tiny_cluster, tiny_model
 
 
 def brute_force(model, cluster, st: Settings, family: str, max_vpp: int = 8) -> float:

@@ -29,8 +29,7 @@ from hapmoe_milp.search import backends, cpsat, exact, milp
 from hapmoe_milp.search.dp import solve_dp
 from hapmoe_milp.search.formulation import DepthModel, SubProblem, assignment_of, evaluate_assignment
 from hapmoe_milp.space import Pruning
-from tests.conftest import tiny_cluster, tiny_model
-from tests.test_search_dp import interleavable, lead_block
+from tests.helpers import interleavable, lead_block, tiny_cluster, tiny_model
 
 # every solver searches the same space: plain and interleaved (VPP, up to Pruning's max_vpp) plans
 OFF = Pruning.off()
@@ -837,7 +836,7 @@ def test_milp_keeps_stdout_clean():
         "from hapmoe_milp.specs import Catalog\n"
         "from hapmoe_milp.search import exact\n"
         "from hapmoe_milp.config import Settings\n"
-        "from tests.conftest import tiny_cluster, tiny_model\n"
+        "from tests.helpers import tiny_cluster, tiny_model\n"
         "st = Settings(seq_length=1024, global_batch_size=4, micro_batch_size=1, dispatcher='alltoall')\n"
         "c = tiny_cluster(Catalog(), [('h800', 2, None), ('910b', 2, None)])\n"
         "assert exact.solve(tiny_model((1, 1, 1)), c, st, solver='milp').status == 'optimal'\n"

@@ -15,7 +15,7 @@ from hapmoe_milp.search import exact
 from hapmoe_milp.search.dp import solve_dp
 from hapmoe_milp.space import Pruning
 from hapmoe_milp.specs.model import ModelSpec, TrainingDefaults
-from tests.conftest import tiny_cluster
+from tests.helpers import tiny_cluster
 
 HYBRID = ModelSpec(
     name="tiny-hybrid",

@@ -103,30 +103,30 @@ def test_mix_uses_the_devices_per_node_of_the_device_entry(tmp_path):
     "spec",
     ["h800", "h800:", "h800:a-b:8", "h800:16-8:8", "h800:0-8:0", "h800:12-12:1", "nosuchdevice:0-8:8", ":0-8:8"],
 )
-def test_bad_mix_specs_name_the_mix_option(spec):
+def test_bad_mix_specs_name_the_mixes_argument(spec):
     with pytest.raises(HapmoeError) as ei:
         mix_clusters([spec])
-    assert ei.value.field == "--mix"
-    assert "--mix" in str(ei.value)
+    assert ei.value.field == "mixes"
+    assert "mixes" in str(ei.value)
 
 
 def test_mix_rejects_the_same_device_twice():
     with pytest.raises(HapmoeError, match="given twice") as ei:
         mix_clusters(["h800:0-8:8", "h800:8-16:8"])
-    assert ei.value.field == "--mix"
+    assert ei.value.field == "mixes"
 
 
 @pytest.mark.parametrize("text", ["devices<=", "gpus<=8", "devices>=8", "devices<=8.5", "price<=x", ""])
-def test_bad_budget_names_the_budget_option(text):
+def test_bad_budget_names_the_budget_argument(text):
     with pytest.raises(HapmoeError) as ei:
         parse_budget(text)
-    assert ei.value.field == "--budget"
+    assert ei.value.field == "budget"
 
 
 def test_price_budget_needs_prices():
     with pytest.raises(HapmoeError, match="--prices h800") as ei:
         mix_clusters(["h800:0-8:8"], "price<=100")
-    assert ei.value.field == "--budget"
+    assert ei.value.field == "budget"
 
 
 def test_budget_that_excludes_everything_is_an_error():
@@ -135,10 +135,10 @@ def test_budget_that_excludes_everything_is_an_error():
 
 
 @pytest.mark.parametrize("text", ["h800", "h800=", "h800=abc", "h800=-1", "=2"])
-def test_bad_prices_name_the_prices_option(text):
+def test_bad_prices_name_the_prices_argument(text):
     with pytest.raises(HapmoeError) as ei:
         parse_prices(text)
-    assert ei.value.field == "--prices"
+    assert ei.value.field == "prices"
 
 
 def test_case_ids_are_stable_and_canonical():
@@ -229,7 +229,7 @@ def test_refuses_to_overwrite_unless_asked(tmp_path):
     run_sweep(cases, out, progress=False)
     with pytest.raises(HapmoeError, match="--resume") as ei:
         run_sweep(cases, out, progress=False)
-    assert ei.value.field == "--out"
+    assert ei.value.field == "out_jsonl"
     s = run_sweep(cases[:1], out, progress=False, overwrite=True)
     assert s.ran == 1 and len(lines_of(out)) == 1
     s = run_sweep(cases, out, progress=False, resume=True)
@@ -333,18 +333,18 @@ def test_ray_missing_gives_install_hint(tmp_path, monkeypatch):
     cases = cases_from_clusters(["mixtral-s"], ["8xh800"])
     with pytest.raises(HapmoeError, match=r"hapmoe-milp\[ray\]") as ei:
         run_sweep(cases, tmp_path / "r.jsonl", backend="ray", progress=False)
-    assert ei.value.field == "--backend"
+    assert ei.value.field == "backend"
     assert not (tmp_path / "r.jsonl").exists()
 
 
 @pytest.mark.parametrize(
     ("kw", "fld"),
     [
-        ({"backend": "slurm"}, "--backend"),
-        ({"workers": 0}, "--workers"),
-        ({"address": "ray://x:10001"}, "--address"),
-        ({"resume": True, "overwrite": True}, "--resume"),
-        ({"solver": "gurobi"}, "--solver"),
+        ({"backend": "slurm"}, "backend"),
+        ({"workers": 0}, "workers"),
+        ({"address": "ray://x:10001"}, "address"),
+        ({"resume": True, "overwrite": True}, "resume"),
+        ({"solver": "gurobi"}, "solver"),
     ],
 )
 def test_bad_run_options(tmp_path, kw, fld):
@@ -386,7 +386,7 @@ def test_pareto_front_on_devices_and_price():
     assert by_price == ["8a", "16a", "8b", "24a"]  # rows without a price (model n) drop out
     with pytest.raises(HapmoeError) as ei:
         pareto_front([_row("n", "8a", 8, 50.0)], x="price")
-    assert ei.value.field == "--prices"
+    assert ei.value.field == "prices"
 
 
 def test_best_table_per_model_and_metric():

@@ -70,7 +70,7 @@ def canonical(name: str) -> str:
     """The registry key of a baseline name or alias; a usage error naming ``--against`` otherwise."""
     key = _ALIASES.get(name.lower())
     if key is None:
-        raise HapmoeError(f"unknown baseline {name!r}; choose from {', '.join(BASELINES)}", field="--against")
+        raise HapmoeError(f"unknown baseline {name!r}; choose from {', '.join(BASELINES)}", field="against")
     return key
 
 
@@ -116,24 +116,19 @@ def _row(method: str, sol: Solution | None, offload: bool, devices_total: int, *
         "maps_to_plan": sol.stats.get("maps_to_plan", True),
         "fits": pred.get("fits"),
         "wall_s": sol.wall_s,
-        "plan": plan_summary(sol.plan),
+        "plan": plan_label(sol.plan),
         "message": sol.message,
         **extra,
     }
 
 
-def plan_summary(plan: Plan) -> str:
-    """One line: stages as ``device xg [TP/CP/DP/EP/ETP] rec layers``."""
+def plan_label(plan: Plan) -> str:
+    """:meth:`Plan.label`, except for HeterMoE's zebra proxy, whose stages stand in for a layout upstream
+    cannot express, so the zebra's own label is shown instead."""
     zebra = plan.predicted.get("zebra") if plan.predicted else None
     if zebra:
         return "zebra " + str(plan.predicted.get("zebra_label", "")) + " (proxy plan)"
-    parts = []
-    for s in plan.stages:
-        c = s.cfg
-        rec = {"none": "", "selective": " sel", "full": " full"}[s.recompute]
-        parts.append(f"{s.device}x{s.devices}[{c.tp}/{c.cp}/{c.dp}/{c.ep}/{c.etp}]{rec}:{s.num_layers}")
-    v = f" vpp{plan.vpp}" if plan.vpp > 1 else ""
-    return f"{plan.family}{v} " + " | ".join(parts)
+    return plan.label()
 
 
 def compare_against(
@@ -271,6 +266,6 @@ __all__ = [
     "hetermoe_style",
     "megatron_uniform",
     "metis_style",
-    "plan_summary",
+    "plan_label",
     "run_baseline",
 ]

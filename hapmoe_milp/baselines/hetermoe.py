@@ -374,91 +374,151 @@ def _zebra_best_offload(
     cfg_a = ParallelConfig(tp=tp, dp=dp_a * G)
     first = cm.first_edge(att, cfg_a, b)
     last = cm.last_edge(att, cfg_a, b)
-    edge_f = R * (first.fwd + last.fwd)
-    edge_b = R * (first.bwd + last.bwd)
     dense_local = L_moe * (p_moe["tp"] / tp + p_moe["replicated"]) + L_dense * (
         p_dense["tp"] / tp + p_dense["replicated"]
     )
-    # transient working set: the attention layer's (the cost model's, all experts local) plus the
-    # logits of the head, and the framework overhead
-    fixed_a = cm.fixed_memory(att, ParallelConfig(tp=tp, dp=1), b) + last.work
-
     # weights, gradient RS / param AG and the optimizer step are linear in the parameters a device holds
     # (collectives are priced at the fixed gradient-bucket size), so price both sides once at f = 0 and
     # for all experts, and interpolate
     cfg_ax = ParallelConfig(tp=tp, dp=dp_a * G, ep=ep_x, etp=1)
     cfg_e = ParallelConfig(tp=1, dp=N * G, ep=ep, etp=etp)
     all_x = units * model.expert_params
-    a0 = cm.state_and_sync(dev_a, att, cfg_ax, dense_local, 0.0)
-    a1 = cm.state_and_sync(dev_a, att, cfg_ax, 0.0, all_x / ep_x)
-    e1 = cm.state_and_sync(dev_e, exp, cfg_e, 0.0, all_x / (ep * etp))
-    edge = (first.weights + last.weights, first.rs + last.rs, first.ag + last.ag, first.opt + last.opt)
-
-    def side_a(f: float) -> tuple[float, float, float, float]:
-        return tuple(x0 + f * x1 + xe for x0, x1, xe in zip(a0, a1, edge, strict=True))  # type: ignore[return-value]
-
-    def side_e(f: float) -> tuple[float, float, float, float]:
-        return tuple((1 - f) * x for x in e1)  # type: ignore[return-value]
-
-    def mem_a(f: float) -> float:
-        return side_a(f)[0] + R * (L_moe * (s.act_a + f * s.act_x) + L_dense * s.dense_act) + fixed_a
-
-    def mem_e(f: float) -> float:
-        return side_e(f)[0] + R * L_moe * (1 - f) * s.act_e + OVERHEAD_TP1 + (1 - f) * s.work_e
-
+    scan = _OffloadScan(
+        cm=cm,
+        s=s,
+        att=att,
+        exp=exp,
+        rec=rec,
+        R=R,
+        K=K,
+        M=M,
+        N=N,
+        L_moe=L_moe,
+        L_dense=L_dense,
+        units=units,
+        a0=cm.state_and_sync(dev_a, att, cfg_ax, dense_local, 0.0),
+        a1=cm.state_and_sync(dev_a, att, cfg_ax, 0.0, all_x / ep_x),
+        e1=cm.state_and_sync(dev_e, exp, cfg_e, 0.0, all_x / (ep * etp)),
+        edge=(first.weights + last.weights, first.rs + last.rs, first.ag + last.ag, first.opt + last.opt),
+        edge_f=R * (first.fwd + last.fwd),
+        edge_b=R * (first.bwd + last.bwd),
+        # transient working set: the attention layer's (the cost model's, all experts local) plus the
+        # logits of the head, and the framework overhead
+        fixed_a=cm.fixed_memory(att, ParallelConfig(tp=tp, dp=1), b) + last.work,
+        cap_a=cap_a,
+        cap_e=cap_e,
+        gib=gib,
+        ident={
+            "attention_device": att,
+            "expert_device": exp,
+            "zp_groups": G,
+            "attention_devices": M,
+            "expert_devices": N,
+            "attention_tp": tp,
+            "ep": ep,
+            "etp": etp,
+            "edp": edp,
+            "micro_batches": R,
+            "accumulation_steps": K,
+            "recompute": rec,
+        },
+    )
     # feasible offload interval: memory is linear in f, rising on the attention side, falling on the
     # expert side (HeterMoE's alpha and beta)
-    lo_f = _linear_root(mem_e, cap_e, rising=False)
-    hi_f = _linear_root(mem_a, cap_a, rising=True)
+    lo_f = _linear_root(scan.mem_e, cap_e, rising=False)
+    hi_f = _linear_root(scan.mem_a, cap_a, rising=True)
     if lo_f is None or hi_f is None or lo_f > hi_f:
         return
     u_lo, u_hi = math.ceil(lo_f * units - 1e-9), math.floor(hi_f * units + 1e-9)
     if units == 0:
         u_lo, u_hi = 0, 0
+    best = _best_offload(scan.at, u_lo, u_hi)
+    if best is not None:
+        yield best
 
-    def at(u: int) -> ZebraPlan | None:
-        f = u / units if units else 0.0
-        m_a, m_e = mem_a(f), mem_e(f)
-        if m_a > cap_a or m_e > cap_e:
+
+@dataclass(frozen=True)
+class _OffloadScan:
+    """One Asym-EA configuration priced as a function of the offloaded share ``f`` of (layer, expert)
+    units: memory and the sync terms are linear in ``f`` (``a0 + f*a1`` on the attention side,
+    ``(1-f)*e1`` on the expert side), the per-layer times piecewise linear."""
+
+    cm: CostModel
+    s: _ZebraSides
+    att: str
+    exp: str
+    rec: str
+    R: int
+    K: int
+    M: int
+    N: int
+    L_moe: int
+    L_dense: int
+    units: int
+    a0: tuple[float, float, float, float]
+    a1: tuple[float, float, float, float]
+    e1: tuple[float, float, float, float]
+    edge: tuple[float, float, float, float]
+    edge_f: float
+    edge_b: float
+    fixed_a: float
+    cap_a: float
+    cap_e: float
+    gib: int
+    ident: dict[str, Any]
+
+    def side_a(self, f: float) -> tuple[float, float, float, float]:
+        return tuple(x0 + f * x1 + xe for x0, x1, xe in zip(self.a0, self.a1, self.edge, strict=True))  # type: ignore[return-value]
+
+    def side_e(self, f: float) -> tuple[float, float, float, float]:
+        return tuple((1 - f) * x for x in self.e1)  # type: ignore[return-value]
+
+    def mem_a(self, f: float) -> float:
+        s = self.s
+        return (
+            self.side_a(f)[0]
+            + self.R * (self.L_moe * (s.act_a + f * s.act_x) + self.L_dense * s.dense_act)
+            + self.fixed_a
+        )
+
+    def mem_e(self, f: float) -> float:
+        s = self.s
+        return self.side_e(f)[0] + self.R * self.L_moe * (1 - f) * s.act_e + OVERHEAD_TP1 + (1 - f) * s.work_e
+
+    def at(self, u: int) -> ZebraPlan | None:
+        """The plan offloading ``u`` units, or None when a side runs out of memory."""
+        s, R, cm = self.s, self.R, self.cm
+        f = u / self.units if self.units else 0.0
+        m_a, m_e = self.mem_a(f), self.mem_e(f)
+        if m_a > self.cap_a or m_e > self.cap_e:
             return None
         af = s.a_f + f * s.x_f
-        ab = s.a_b + f * 2 * s.x_f + (f * s.x_f if rec == "full" else 0.0)
+        ab = s.a_b + f * 2 * s.x_f + (f * s.x_f if self.rec == "full" else 0.0)
         ef = (1 - f) * s.e_f
         eb = (1 - f) * s.e_b
         # what is left of the routed tokens crosses the type boundary, bipartite between the two sides
-        c = cm.cross_dispatch(att, exp, (1 - f) * s.cross_bytes, M, N) if f < 1 else 0.0
+        c = cm.cross_dispatch(self.att, self.exp, (1 - f) * s.cross_bytes, self.M, self.N) if f < 1 else 0.0
         fwd_layer = max(R * max(af, ef, c), af + c + ef + c)
         bwd_layer = max(R * max(ab, eb, c), ab + c + eb + c)
-        step_f = L_moe * fwd_layer + L_dense * R * s.dense_a_f + edge_f
-        step_b = L_moe * bwd_layer + L_dense * R * s.dense_a_b + edge_b
+        step_f = self.L_moe * fwd_layer + self.L_dense * R * s.dense_a_f + self.edge_f
+        step_b = self.L_moe * bwd_layer + self.L_dense * R * s.dense_a_b + self.edge_b
         step = step_f + step_b
         # each side's DP sync and optimizer step after the last backward; the slower side sets it
         sync = max(
             cm.exposed_sync(did, rs, ag, step_f, step_b, opt)
-            for did, (_w, rs, ag, opt) in ((att, side_a(f)), (exp, side_e(f)))
+            for did, (_w, rs, ag, opt) in ((self.att, self.side_a(f)), (self.exp, self.side_e(f)))
         )
-        t_iter = K * step + sync
+        t_iter = self.K * step + sync
         return ZebraPlan(
-            attention_device=att,
-            expert_device=exp,
-            zp_groups=G,
-            attention_devices=M,
-            expert_devices=N,
-            attention_tp=tp,
-            ep=ep,
-            etp=etp,
-            edp=edp,
-            micro_batches=R,
-            accumulation_steps=K,
+            **self.ident,
             offloaded_experts=u,
-            recompute=rec,  # type: ignore[arg-type]
             iteration_time_s=t_iter,
             step_time_s=step,
             sync_s=sync,
-            attention_memory_gib=m_a / gib,
-            expert_memory_gib=m_e / gib,
-            attention_capacity_gib=cap_a / gib,
-            expert_capacity_gib=cap_e / gib,
+            attention_memory_gib=m_a / self.gib,
+            expert_memory_gib=m_e / self.gib,
+            attention_capacity_gib=self.cap_a / self.gib,
+            expert_capacity_gib=self.cap_e / self.gib,
             layer_times={
                 "attention_f": af,
                 "attention_b": ab,
@@ -470,8 +530,10 @@ def _zebra_best_offload(
             },
         )
 
-    # time is piecewise linear and (nearly) convex in the offload share: scan a coarse grid over the
-    # feasible interval, then every unit around the best coarse point
+
+def _best_offload(at: Callable[[int], ZebraPlan | None], u_lo: int, u_hi: int) -> ZebraPlan | None:
+    """Time is piecewise linear and (nearly) convex in the offload share: scan a coarse grid over the
+    feasible interval, then every unit around the best coarse point."""
     step = max(1, (u_hi - u_lo) // 32)
     best: ZebraPlan | None = None
     for u in [*range(u_lo, u_hi + 1, step), u_hi]:
@@ -484,8 +546,7 @@ def _zebra_best_offload(
             r = at(u)
             if r is not None and r.iteration_time_s < best.iteration_time_s - 1e-12:
                 best = r
-    if best is not None:
-        yield best
+    return best
 
 
 def _linear_root(fn: Callable[[float], float], cap: float, *, rising: bool) -> float | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from hapmoe_milp.calibration.fidelity import PreparedRun, RunResult, Summary, predict, prepare, summarize
 from hapmoe_milp.calibration.fit import DEFAULT_FIT, FitResult, fit_device, leave_one_out
@@ -31,10 +32,29 @@ class Calibration:
     def summary_before(self) -> Summary:
         return summarize(self.before)
 
+    def summary_after(self) -> Summary:
+        return summarize(self.before, self.fit.errors)
+
     def summary_loo(self) -> Summary | None:
         if self.loo is None:
             return None
         return summarize(self.before, self.loo)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fit as JSON: fitted terms, each run's error before/after (and left out), the three summaries."""
+        loo = self.summary_loo()
+        return {
+            "device": self.device,
+            "path": str(self.path) if self.path else None,
+            "parameters": [p.to_dict() for p in self.fit.params],
+            "runs": [
+                {**b.to_dict(), "error_after": e, **({"error_loo": lo} if self.loo else {})}
+                for b, e, lo in zip(self.before, self.fit.errors, self.loo or self.fit.errors, strict=True)
+            ],
+            "before": self.summary_before().to_dict(),
+            "after": self.summary_after().to_dict(),
+            "leave_one_out": loo.to_dict() if loo else None,
+        }
 
 
 def runs_for(device: str, runs: Sequence[PreparedRun]) -> list[PreparedRun]:

@@ -11,9 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hapmoe_milp.api import make_settings
 from hapmoe_milp.calibration.runs import MeasuredRun
-from hapmoe_milp.config import Settings
+from hapmoe_milp.config import Settings, make_settings
 from hapmoe_milp.cost.estimate import estimate
 from hapmoe_milp.errors import HapmoeError
 from hapmoe_milp.knobs import plan_from_knobs

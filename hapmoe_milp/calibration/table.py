@@ -90,4 +90,4 @@ def write_document(doc: dict[str, Any], path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise HapmoeError(f"cannot create the folder: {exc.strerror or exc}", source=str(path.parent)) from None
-    return write_text_atomic(path, text, field="--out")
+    return write_text_atomic(path, text, field="out")

@@ -23,8 +23,6 @@ from hapmoe_milp.cli.options import STATE
 from hapmoe_milp.errors import HapmoeError
 from hapmoe_milp.specs.catalog import Catalog
 
-log = logging.getLogger("hapmoe_milp")
-
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=False,  # a bare `hapmoe-milp` is a usage error (exit 2), its help would go to stdout

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import logging
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -14,8 +14,6 @@ from hapmoe_milp.cli.options import (
     catalog_model,
 )
 from hapmoe_milp.cli.output import emit_json
-
-log = logging.getLogger("hapmoe_milp")
 
 
 def models(
@@ -28,24 +26,11 @@ def models(
     cat = STATE.catalog
     if name:
         m = catalog_model(name, "NAME")
-        d = m.summary()
-        d["sources"] = list(m.sources)
-        if m.official:
-            d["official"] = {
-                "total_b": m.official.total_b,
-                "active_b": m.official.active_b,
-                "active_convention": m.official.active_convention,
-            }
-        if as_json:
-            emit_json(d)
-        else:
-            render.console().print(render.kv_table(m.name, d))
+        d = m.describe()
+        _answer(as_json, d, lambda: render.kv_table(m.name, d))
         return
     rows = [cat.model(n).summary() for n in cat.model_names()]
-    if as_json:
-        emit_json(rows)
-    else:
-        render.console().print(render.models_table(rows))
+    _answer(as_json, rows, lambda: render.models_table(rows))
 
 
 def clusters(
@@ -58,27 +43,11 @@ def clusters(
     cat = STATE.catalog
     if name:
         c = catalog_cluster(name, "NAME")
-        d = c.summary()
-        d["groups"] = [
-            {"device": g.device.id, "nodes": g.nodes, "devices_per_node": g.devices_per_node} for g in c.groups
-        ]
-        d["cross_link"] = {
-            "efficiency": c.cross.efficiency,
-            "latency_us": c.cross.latency_us,
-            "bandwidth_GBps": c.cross.bandwidth_GBps,
-            "assumption": c.cross.assumption,
-        }
-        d["sources"] = list(c.sources)
-        if as_json:
-            emit_json(d)
-        else:
-            render.console().print(render.kv_table(c.name, d))
+        d = c.describe()
+        _answer(as_json, d, lambda: render.kv_table(c.name, d))
         return
     rows = [cat.cluster(n).summary() for n in cat.cluster_names()]
-    if as_json:
-        emit_json(rows)
-    else:
-        render.console().print(render.clusters_table(rows))
+    _answer(as_json, rows, lambda: render.clusters_table(rows))
 
 
 def devices(
@@ -91,24 +60,18 @@ def devices(
     cat = STATE.catalog
     if name:
         dv = cat.device(name, "", "NAME")
-        d = dv.summary()
-        d["origin"] = dv.origin
-        d["sources"] = list(dv.sources)
-        d["assumptions"] = list(dv.assumptions)
-        if dv.profiled:
-            d["profiled"] = dict(dv.profiled)
-        d["runtime"] = {k: {"value": v, "basis": dv.runtime_basis(k)} for k, v in dv.runtime.to_dict().items()}
-        if dv.calibration:
-            d["calibration"] = {k: v for k, v in dv.calibration.items() if k != "runs"} | {
-                "runs": [r.get("id") for r in dv.calibration.get("runs", [])]
-            }
-        if as_json:
-            emit_json(d)
-        else:
-            render.console().print(render.kv_table(f"{dv.id} ({dv.provenance})", d))
+        d = dv.describe()
+        _answer(as_json, d, lambda: render.kv_table(f"{dv.id} ({dv.provenance})", d))
         return
     rows = [cat.device(n).summary() for n in cat.device_names()]
+    _answer(as_json, rows, lambda: render.devices_table(rows))
+
+
+def _answer(as_json: bool, value: Any, table: Callable[[], Any]) -> None:
+    """The answer on stdout: strict JSON, or the rich table (built only when it is shown)."""
     if as_json:
-        emit_json(rows)
+        emit_json(value)
     else:
-        render.console().print(render.devices_table(rows))
+        from hapmoe_milp import render
+
+        render.console().print(table())

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from hapmoe_milp.cli.options import (
-    STATE,
-    JsonOpt,
-)
+from hapmoe_milp.cli.options import STATE, JsonOpt, flags
 from hapmoe_milp.cli.output import compute, emit_json
-
-log = logging.getLogger("hapmoe_milp")
 
 
 # ---------------------------------------------------------------------- profiler
@@ -44,7 +38,7 @@ def profile(
     check_output_dir(target_dir, "--out")
     target_dir.mkdir(parents=True, exist_ok=True)
     base_dev = STATE.catalog.device(base, "", "--base") if base else None
-    with compute():
+    with flags(), compute():
         meas = profile_device(device_name, quick=quick, backend=backend, peak_tflops=peak_tflops)
         colls = list(collectives or ())
         if nproc:
@@ -92,34 +86,21 @@ def calibrate(
 ) -> None:
     """Fit a device table's runtime terms to measured runs; write it as `calibrated`."""
     from hapmoe_milp import __version__, render
-    from hapmoe_milp.calibration import DEFAULT_FIT, summarize
+    from hapmoe_milp.calibration import DEFAULT_FIT
     from hapmoe_milp.calibration import calibrate as run_calibration
     from hapmoe_milp.fileio import check_output_dir
 
     names = [n.strip() for n in params.split(",") if n.strip()] if params else list(DEFAULT_FIT)
     cat = STATE.catalog
     target = check_output_dir(out or cat.calibrated_dir, "--out")
-    with compute():
+    with flags(), compute():
         res = run_calibration(runs, device, catalog=cat, params=names, out=target, loo=loo, version=__version__)
-    after = summarize(res.before, res.fit.errors)
+    if as_json:
+        emit_json(res.to_dict())
+        return
+    after = res.summary_after()
     before = res.summary_before()
     loo_s = res.summary_loo()
-    if as_json:
-        emit_json(
-            {
-                "device": res.device,
-                "path": str(res.path) if res.path else None,
-                "parameters": [p.to_dict() for p in res.fit.params],
-                "runs": [
-                    {**b.to_dict(), "error_after": e, **({"error_loo": lo} if res.loo else {})}
-                    for b, e, lo in zip(res.before, res.fit.errors, res.loo or res.fit.errors, strict=True)
-                ],
-                "before": before.to_dict(),
-                "after": after.to_dict(),
-                "leave_one_out": loo_s.to_dict() if loo_s else None,
-            }
-        )
-        return
     con = render.console()
     con.print(render.params_table(res.fit.params, f"{res.device}: fitted runtime terms"))
     con.print(render.calibration_runs_table(res.before, res.fit.errors, res.loo))

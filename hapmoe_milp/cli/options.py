@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from hapmoe_milp.errors import HapmoeError, PlanError, SettingsError
+from hapmoe_milp.fileio import OutputError
 from hapmoe_milp.specs.catalog import Catalog
 
 log = logging.getLogger("hapmoe_milp")
@@ -28,8 +29,11 @@ class _State:
 
 STATE = _State()
 
-# Library field name -> the flag a user types; errors from the validation layer are relabelled with it.
+# Library name -> the flag a user types. The library names a value by its Python argument or settings field
+# (``workers``, ``seq_length``); :func:`flags` relabels its errors with the flag the value came from. One
+# row per name, whichever command uses it (``backend`` is --backend for both sweep and profile).
 FLAGS: dict[str, str] = {
+    # run settings (config.Settings fields)
     "seq_length": "--seq",
     "global_batch_size": "--gbs",
     "micro_batch_size": "--mbs",
@@ -37,6 +41,7 @@ FLAGS: dict[str, str] = {
     "imbalance": "--imbalance",
     "dispatcher": "--dispatcher",
     "optimizer_offload": "--optimizer-offload",
+    # one plan's layout (knobs.plan_from_knobs)
     "tp": "--tp",
     "pp": "--pp",
     "cp": "--cp",
@@ -45,28 +50,58 @@ FLAGS: dict[str, str] = {
     "vpp": "--vpp",
     "recompute": "--recompute",
     "layout": "--layout",
+    # search, export, specs (api.solve, export.export_plan, Catalog)
     "time_limit": "--time-limit",
     "family": "--family",
     "solver": "--solver",
     "export": "--export",
     "runtime": "--runtime",
     "target": "--target",
+    "out_dir": "--out",
     "model": "--model",
     "cluster": "--cluster",
+    "against": "--against",
+    # sweeps (sweep.cases_from_*, sweep.run_sweep, sweep.plot_sweep)
+    "models": "--model",
+    "clusters": "--clusters",
+    "mixes": "--mix",
+    "budget": "--budget",
+    "prices": "--prices",
+    "backend": "--backend",
+    "workers": "--workers",
+    "address": "--address",
+    "resume": "--resume",
+    "overwrite": "--overwrite",
+    "out_jsonl": "--out",
+    "out_png": "--plot",
     "x": "--x",
+    # profiler (profiler.profile_device, profiler.launch_local_collectives) and calibration
+    "device_name": "--device-name",
+    "peak_tflops": "--peak-tflops",
+    "nproc_per_node": "--nproc",
+    "out": "--out",
 }
+
+# Arguments the library names as the *place* of an error (a part of an inline cluster spec is the field).
+PLACES = frozenset({"cluster"})
 
 
 # ---------------------------------------------------------------------- shared helpers
 @contextlib.contextmanager
 def flags(extra: dict[str, str] | None = None) -> Iterator[None]:
-    """Relabel a validation error that names a library field (``seq_length``) with its flag (``--seq``)."""
+    """Relabel an error that names a library argument (``seq_length``) with its flag (``--seq``).
+
+    The field is relabelled when the error has no file of its own (a file's fields keep their names) or is
+    about an output path (whose file is that path); an argument named as the place of an error (an inline
+    cluster's part: ``cluster: 8xfoo: unknown device``) is relabelled too."""
     names = {**FLAGS, **(extra or {})}
     try:
         yield
     except HapmoeError as exc:
-        if exc.source is None and exc.field in names:
-            raise exc.at(field=names[exc.field]) from None
+        if exc.source in PLACES:
+            raise exc.at(source=names[exc.source], field=exc.field) from None
+        if exc.field in names and (exc.source is None or isinstance(exc, OutputError)):
+            raise exc.at(source=exc.source, field=names[exc.field]) from None
         raise
 
 
@@ -77,12 +112,12 @@ def require(value: Any, flag: str, why: str) -> Any:
 
 
 def catalog_model(ref: str, flag: str = "--model") -> Any:
-    with flags({"model": flag, "--model": flag}):
+    with flags({"model": flag}):
         return STATE.catalog.model(ref)
 
 
 def catalog_cluster(ref: str, flag: str = "--cluster") -> Any:
-    with flags({"cluster": flag, "--cluster": flag}):
+    with flags({"cluster": flag}):
         return STATE.catalog.cluster(ref)
 
 
@@ -98,30 +133,25 @@ def plan_with_specs(plan_path: Path, model: str | None, cluster: str | None) -> 
 
     src = str(plan_path)
     p = load_plan(plan_path, STATE.catalog)
-    if model is None:
-        m = p.model_spec if p.model_spec is not None else catalog_model(p.model, f"{src}: model")
-    else:
-        m = catalog_model(model)
-        if m.name != p.model:
-            raise PlanError(
-                f"names model {m.name!r}, but {src} was solved for {p.model!r}; drop --model to use the plan's own",
-                field="--model",
-            )
-        if p.model_spec is not None and model_hash(m) != model_hash(p.model_spec):
-            log.warning("--model: %s differs from the spec %s was solved with; using --model's", m.name, src)
-    if cluster is None:
-        c = p.cluster_spec if p.cluster_spec is not None else catalog_cluster(p.cluster, f"{src}: cluster")
-    else:
-        c = catalog_cluster(cluster)
-        if c.name != p.cluster:
-            raise PlanError(
-                f"names cluster {c.name!r}, but {src} was solved for {p.cluster!r}; drop --cluster to use the "
-                "plan's own",
-                field="--cluster",
-            )
-        if p.cluster_spec is not None and cluster_hash(c) != cluster_hash(p.cluster_spec):
-            log.warning("--cluster: %s differs from the cluster %s was solved for; using --cluster's", c.name, src)
+    m = _spec_for_plan("model", model, p.model, p.model_spec, catalog_model, model_hash, src)
+    c = _spec_for_plan("cluster", cluster, p.cluster, p.cluster_spec, catalog_cluster, cluster_hash, src)
     return p, m, c
+
+
+def _spec_for_plan(kind: str, given: str | None, named: str, embedded: Any, lookup: Any, digest: Any, src: str) -> Any:
+    """The plan's own spec (embedded, else looked up by its name), or the one ``--model``/``--cluster``
+    gives, which must carry the plan's name; a different content wins with a warning."""
+    if given is None:
+        return embedded if embedded is not None else lookup(named, f"{src}: {kind}")
+    spec = lookup(given)
+    if spec.name != named:
+        raise PlanError(
+            f"names {kind} {spec.name!r}, but {src} was solved for {named!r}; drop --{kind} to use the plan's own",
+            field=f"--{kind}",
+        )
+    if embedded is not None and digest(spec) != digest(embedded):
+        log.warning("--%s: %s differs from the %s %s was solved with; using --%s's", kind, spec.name, kind, src, kind)
+    return spec
 
 
 # ---------------------------------------------------------------------- option aliases (one help text each)
@@ -154,6 +184,9 @@ FamilyOpt = Annotated[
 ]
 TimeLimitOpt = Annotated[
     float | None, typer.Option("--time-limit", help="Search time limit in seconds, > 0 (default 60).")
+]
+OffloadOpt = Annotated[
+    str, typer.Option("--optimizer-offload", help="Optimizer states in host memory: auto (if nothing fits), on, off.")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print strict JSON on stdout instead of tables.")]
 TargetOpt = Annotated[

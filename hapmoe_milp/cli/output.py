@@ -8,32 +8,13 @@ solver libraries print banners from C code that no Python-level redirect catches
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import typer
 
-
-@contextlib.contextmanager
-def stdout_to_stderr() -> Iterator[None]:
-    """Point file descriptor 1 at stderr while libraries run (HiGHS, CBC and OR-Tools print banners and
-    logs from C code, which no Python-level redirect catches), so stdout carries only the answer."""
-    try:
-        sys.stdout.flush()
-        saved = os.dup(1)
-    except (OSError, ValueError, AttributeError):  # no real fd 1 (embedded use): nothing to guard
-        yield
-        return
-    try:
-        os.dup2(2, 1)
-        yield
-    finally:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
+from hapmoe_milp.fileio import stdout_to_stderr
 
 
 def progress_renderer() -> Any:

@@ -19,6 +19,7 @@ from hapmoe_milp.cli.options import (
     JsonOpt,
     MbsOpt,
     ModelOpt,
+    OffloadOpt,
     PlanClusterOpt,
     PlanModelOpt,
     PrecisionOpt,
@@ -74,8 +75,8 @@ def estimate(
     precision: PrecisionOpt = None,
     dispatcher: DispatcherOpt = None,
     optimizer_offload: Annotated[
-        bool | None,
-        typer.Option("--optimizer-offload/--no-optimizer-offload", help="Optimizer states in host memory."),
+        str | None,
+        typer.Option("--optimizer-offload", help="Optimizer states in host memory: on or off (default: the plan's)."),
     ] = None,
     simulate: Annotated[
         bool, typer.Option("--simulate", help="Event-driven 1F1B simulation instead of the closed form.")
@@ -84,10 +85,11 @@ def estimate(
 ) -> None:
     """Predict iteration time, throughput, MFU and memory of one plan (a file, or --tp/--pp/... knobs)."""
     from hapmoe_milp import render
-    from hapmoe_milp.api import estimate_plan, make_settings
-    from hapmoe_milp.knobs import plan_from_knobs
-    from hapmoe_milp.plan import check_plan
+    from hapmoe_milp.api import estimate_plan
+    from hapmoe_milp.config import offload_choice
 
+    with flags():
+        offload = offload_choice(optimizer_offload, ("on", "off")) if optimizer_offload is not None else None
     overrides = settings_kw(
         micro_batch_size=mbs,
         global_batch_size=gbs,
@@ -95,7 +97,7 @@ def estimate(
         dispatcher=dispatcher,
         precision=precision,
         imbalance=imbalance,
-        optimizer_offload=optimizer_offload,
+        optimizer_offload=offload,
     )
     if plan is not None:
         knobs = {"--tp": tp, "--pp": pp, "--cp": cp, "--ep": ep, "--etp": etp, "--vpp": vpp}
@@ -103,39 +105,10 @@ def estimate(
         for flag, v in knobs.items():
             if v is not None:
                 raise SettingsError("cannot be combined with --plan (the plan fixes the layout)", field=flag)
-        p, m, c = plan_with_specs(plan, model, cluster)
-        if overrides:
-            with flags():
-                st = p.settings().with_(**overrides)
-            note(
-                "evaluating under "
-                + ", ".join(f"{FLAGS[k]} {v}" for k, v in overrides.items())
-                + f" instead of the settings {plan} was solved under"
-            )
-            p = p.with_settings(st)
-        check_plan(p, m, c, str(plan))
+        p, m, c = _plan_file_under(plan, model, cluster, overrides)
     else:
-        m = catalog_model(require(model, "--model", "(or give --plan)"))
-        c = catalog_cluster(require(cluster, "--cluster", "(or give --plan)"))
-        with flags():
-            st = make_settings(m, None, **overrides)
-            p = plan_from_knobs(
-                m,
-                c,
-                st,
-                tp=tp if tp is not None else 1,
-                pp=pp if pp is not None else 1,
-                cp=cp if cp is not None else 1,
-                ep=ep if ep is not None else 1,
-                etp=etp,
-                vpp=vpp if vpp is not None else 1,
-                recompute=recompute if recompute is not None else "none",
-                layout=layout,
-            )
-        try:
-            check_plan(p, m, c)
-        except PlanError as exc:  # the plan came from flags: name the flag (stages[0].tp -> --tp)
-            raise exc.at(field=_knob_flag(exc.field)) from None
+        knob = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "vpp": vpp, "recompute": recompute}
+        p, m, c = _plan_from_flags(model, cluster, overrides, knob, layout)
     with compute():
         est = estimate_plan(m, c, p, simulate=simulate, catalog=STATE.catalog, check=False)
     d = est.to_dict()
@@ -157,6 +130,47 @@ def estimate(
         )
 
 
+def _plan_file_under(plan: Path, model: str | None, cluster: str | None, overrides: dict[str, Any]) -> Any:
+    """(plan, model, cluster) of ``--plan``, under the settings flags that override its own (a note says so)."""
+    from hapmoe_milp.plan import check_plan
+
+    p, m, c = plan_with_specs(plan, model, cluster)
+    if overrides:
+        with flags():
+            st = p.settings().with_(**overrides)
+        shown = {k: ("on" if v else "off") if k == "optimizer_offload" else v for k, v in overrides.items()}
+        note(
+            "evaluating under "
+            + ", ".join(f"{FLAGS[k]} {v}" for k, v in shown.items())
+            + f" instead of the settings {plan} was solved under"
+        )
+        p = p.with_settings(st)
+    check_plan(p, m, c, str(plan))
+    return p, m, c
+
+
+def _plan_from_flags(
+    model: str | None, cluster: str | None, overrides: dict[str, Any], knob: dict[str, Any], layout: str | None
+) -> Any:
+    """(plan, model, cluster) from --tp/--pp/...; a broken rule names the flag (stages[0].tp -> --tp)."""
+    from hapmoe_milp.config import make_settings
+    from hapmoe_milp.knobs import plan_from_knobs
+    from hapmoe_milp.plan import check_plan
+
+    m = catalog_model(require(model, "--model", "(or give --plan)"))
+    c = catalog_cluster(require(cluster, "--cluster", "(or give --plan)"))
+    defaults = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "recompute": "none"}
+    given = {k: v if v is not None else defaults.get(k) for k, v in knob.items()}
+    with flags():
+        st = make_settings(m, None, **overrides)
+        p = plan_from_knobs(m, c, st, layout=layout, **given)
+    try:
+        check_plan(p, m, c)
+    except PlanError as exc:
+        raise exc.at(field=_knob_flag(exc.field)) from None
+    return p, m, c
+
+
 # ---------------------------------------------------------------------- solve
 def solve(
     model: ModelOpt = None,
@@ -165,17 +179,19 @@ def solve(
     seq: SeqOpt = None,
     mbs: MbsOpt = None,
     family: FamilyOpt = "both",
-    solver: Annotated[str, typer.Option("--solver", help="dp (fast), cpsat or milp (exact), auto.")] = "dp",
+    solver: Annotated[
+        str | None,
+        typer.Option("--solver", help="dp (fast), cpsat or milp (exact), auto. Default: the preset's, else dp."),
+    ] = None,
     solver_config: Annotated[
-        Path | None, typer.Option("--solver-config", help="Preset YAML (solvers/*.yaml) or preset name.")
+        Path | None,
+        typer.Option("--solver-config", help="Preset YAML (solvers/*.yaml) or preset name; flags win over it."),
     ] = None,
     time_limit: TimeLimitOpt = None,
     imbalance: ImbalanceOpt = None,
     precision: PrecisionOpt = None,
     dispatcher: DispatcherOpt = None,
-    optimizer_offload: Annotated[
-        str, typer.Option("--optimizer-offload", help="auto (only if nothing fits), on or off.")
-    ] = "auto",
+    optimizer_offload: OffloadOpt = "auto",
     out: Annotated[
         Path | None, typer.Option("--out", help="Write plan.json here (with --export: the launch folder).")
     ] = None,
@@ -192,41 +208,26 @@ def solve(
     as_json: JsonOpt = False,
 ) -> None:
     """Search for the fastest plan that fits; optionally write it and its launch files."""
-    from hapmoe_milp import render
-    from hapmoe_milp.api import DEFAULT_TIME_LIMIT, runtime_label, timeout_hint
+    from hapmoe_milp.api import families_for, timeout_hint
     from hapmoe_milp.api import solve as api_solve
-    from hapmoe_milp.config import check_choice, check_time_limit
+    from hapmoe_milp.config import SOLVERS, check_choice, check_time_limit, offload_choice
     from hapmoe_milp.export.common import TARGETS
-    from hapmoe_milp.fileio import check_output_dir, check_output_file
-    from hapmoe_milp.presets import load_preset
     from hapmoe_milp.runtimes import RUNTIME_CHOICES
 
     # everything that can be wrong is checked before the search starts
     with flags():
-        check_choice("solver", solver, ("dp", "cpsat", "milp", "auto"))
-        check_choice("family", family, ("both", "megatron", "hetero"))
+        if solver is not None:
+            check_choice("solver", solver, SOLVERS)
         check_choice("runtime", runtime, RUNTIME_CHOICES)
         if export is not None:
             check_choice("export", export, TARGETS)
-        check_choice("optimizer_offload", optimizer_offload, ("auto", "on", "off"))
+        families_for(family, export)
+        offload = offload_choice(optimizer_offload)
         limit = check_time_limit(time_limit) if time_limit is not None else None
     m = catalog_model(require(model, "--model", "to solve"))
     c = catalog_cluster(require(cluster, "--cluster", "to solve"))
-    if export is not None:
-        check_output_dir(require(out, "--out", "with --export (the folder for the launch files)"), "--out")
-    elif out is not None:
-        check_output_file(out, "--out")
-    if plot is not None:
-        from hapmoe_milp.plot import require_matplotlib
-
-        check_output_file(plot, "--plot")
-        require_matplotlib("--plot")
-    preset = load_preset(solver_config, STATE.catalog.root) if solver_config else None
-    if limit is None:
-        limit = preset.time_limit if preset and preset.time_limit is not None else DEFAULT_TIME_LIMIT
-        with flags({"time_limit": f"{solver_config}: time_limit"}):
-            limit = check_time_limit(limit)
-    chosen = preset.solver if (preset and solver == "dp" and preset.solver) else solver
+    _check_outputs(out, export, plot)
+    preset, chosen, limit = _with_preset(solver_config, solver, limit)
     with flags(), compute() as prog:
         sol = api_solve(
             m,
@@ -237,7 +238,7 @@ def solve(
             export=export,
             pruning=preset.pruning if preset else None,
             time_limit=limit,
-            optimizer_offload={"auto": "auto", "on": True, "off": False}[optimizer_offload],
+            optimizer_offload=offload,
             catalog=STATE.catalog,
             solver_options=preset.options if preset else None,
             progress=prog,
@@ -249,72 +250,86 @@ def solve(
             dispatcher=dispatcher,
         )
     assert sol.plan is not None
-    pred = sol.plan.predicted
+    with flags():
+        _write_outputs(sol.plan, m, c, out, export, plot)
+    if sol.status == "timeout":
+        note(timeout_hint(sol, limit))
+    _show_solution(sol, f"{m.name} on {c.name}", explain, as_json)
+
+
+def _check_outputs(out: Path | None, export: str | None, plot: Path | None) -> None:
+    """Output paths are checked before the search, so a typo costs a second, not the search."""
+    from hapmoe_milp.fileio import check_output_dir, check_output_file
+
+    if export is not None:
+        check_output_dir(require(out, "--out", "with --export (the folder for the launch files)"), "--out")
+    elif out is not None:
+        check_output_file(out, "--out")
+    if plot is not None:
+        from hapmoe_milp.plot import require_matplotlib
+
+        check_output_file(plot, "--plot")
+        require_matplotlib("--plot")
+
+
+def _with_preset(solver_config: Path | None, solver: str | None, limit: float | None) -> tuple[Any, str, float]:
+    """(preset, solver, time limit): flags given explicitly win over the preset, the preset over defaults."""
+    from hapmoe_milp.config import DEFAULT_TIME_LIMIT, check_time_limit
+    from hapmoe_milp.presets import load_preset
+
+    preset = load_preset(solver_config, STATE.catalog.root) if solver_config else None
+    if limit is None:
+        limit = preset.time_limit if preset and preset.time_limit is not None else DEFAULT_TIME_LIMIT
+        with flags({"time_limit": f"{solver_config}: time_limit"}):
+            limit = check_time_limit(limit)
+    chosen = solver if solver is not None else (preset.solver if preset else "dp")
+    return preset, chosen, limit
+
+
+def _write_outputs(plan: Any, m: Any, c: Any, out: Path | None, export: str | None, plot: Path | None) -> None:
     written: list[Path] = []
     if export is not None:
         from hapmoe_milp.export import export_plan
 
         assert out is not None
-        written = export_plan(sol.plan, m, c, export, out)  # type: ignore[arg-type]
+        written = export_plan(plan, m, c, export, out)  # type: ignore[arg-type]
     elif out is not None:
-        written = [sol.plan.write(out)]
+        written = [plan.write(out, field="--out")]
     if plot is not None:
         from hapmoe_milp.plot import plot_schedule
 
-        plot_schedule(m, c, sol.plan, plot)
-    if sol.status == "timeout":
-        note(timeout_hint(sol, limit))
+        plot_schedule(m, c, plan, plot)
     for path in written:
         log.info("wrote %s", path)
+
+
+def _show_solution(sol: Any, title: str, explain: bool, as_json: bool) -> None:
+    from hapmoe_milp import render
+    from hapmoe_milp.api import explain as explain_solution
+    from hapmoe_milp.api import runtime_label
+
+    pred = sol.plan.predicted
     if as_json:
         note(runtime_label(sol.plan))
         payload = {"plan": sol.plan.to_dict(), "predicted": pred, "solver": sol.certificate()}
         if explain:
-            payload["explain"] = _explain(sol)
+            payload["explain"] = explain_solution(sol)
         emit_json(payload)
         return
     con = render.console()
-    con.print(
-        render.stages_table(
-            pred["stages"],
-            title=f"{m.name} on {c.name} — {sol.plan.family} family, pp={sol.plan.pp}, runtime {sol.plan.runtime}",
-        )
-    )
+    title = f"{title} — {sol.plan.family} family, pp={sol.plan.pp}, runtime {sol.plan.runtime}"
+    con.print(render.stages_table(pred["stages"], title=title))
     con.print(render.STAGES_LEGEND, style="dim")
     con.print(render.summary_line(pred))
     con.print(render.solver_line(sol))
     con.print(runtime_label(sol.plan))
     if explain:
-        ex = _explain(sol)
+        ex = explain_solution(sol)
         con.print(render.breakdown_table(pred["breakdown"]))
         con.print(render.BREAKDOWN_LEGEND, style="dim")
         con.print(f"bottleneck: stage {ex['bottleneck_stage']} ({ex['bottleneck_device']}); {ex['why']}")
         if ex.get("runner_up"):
             con.print(f"runner-up: {ex['runner_up']}")
-
-
-def _explain(sol: Any) -> dict[str, Any]:
-    plan = sol.plan
-    pred = plan.predicted
-    st = max(pred["stages"], key=lambda s: s["stage_time_s"])
-    out: dict[str, Any] = {
-        "bottleneck_stage": st["index"],
-        "bottleneck_device": st["device"],
-        "family": plan.family,
-        "why": (
-            f"{pred['stages'][0]['micro_batch']}-sample micro-batches x {plan.num_microbatches} per iteration; "
-            f"the slowest stage takes {1e3 * st['stage_time_s']:.1f} ms per micro-batch and sets the 1F1B rate"
-        ),
-        "layers_per_device": {s["device"]: round(s["layers"] / s["devices"], 3) for s in pred["stages"]},
-    }
-    if sol.runner_up is not None and sol.runner_up_s is not None:
-        ru = sol.runner_up
-        out["runner_up"] = (
-            f"{ru.family} pp={ru.pp} "
-            + ", ".join(f"{s.device}:{s.num_layers}L {s.cfg.label()}" for s in ru.stages)
-            + f" at {sol.runner_up_s:.4f} s (+{100 * (sol.runner_up_s / sol.objective_s - 1):.2f}%)"
-        )
-    return out
 
 
 # ---------------------------------------------------------------------- export / validate
@@ -379,5 +394,7 @@ def export_cmd(
     check_output_dir(out, "--out")
     p, m, c = plan_with_specs(plan, model, cluster)
     target = _plan_target(target, p)
-    for f in export_plan(p, m, c, target, out, source=str(plan)):  # type: ignore[arg-type]
+    with flags():
+        written = export_plan(p, m, c, target, out, source=str(plan))  # type: ignore[arg-type]
+    for f in written:
         typer.echo(str(f))

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -16,6 +15,7 @@ from hapmoe_milp.cli.options import (
     JsonOpt,
     MbsOpt,
     ModelOpt,
+    OffloadOpt,
     SeqOpt,
     catalog_cluster,
     catalog_model,
@@ -24,8 +24,6 @@ from hapmoe_milp.cli.options import (
 )
 from hapmoe_milp.cli.output import compute, emit_json, stderr_is_tty, stdout_to_stderr
 from hapmoe_milp.errors import SettingsError
-
-log = logging.getLogger("hapmoe_milp")
 
 
 # ---------------------------------------------------------------------- compare
@@ -47,30 +45,27 @@ def compare(
     gbs: GbsOpt = None,
     seq: SeqOpt = None,
     mbs: MbsOpt = None,
-    optimizer_offload: Annotated[
-        bool, typer.Option("--optimizer-offload/--no-optimizer-offload", help="Optimizer states in host memory.")
-    ] = False,
+    optimizer_offload: OffloadOpt = "auto",
     as_json: JsonOpt = False,
 ) -> None:
     """Cross-validate the solvers on one instance, or put our plan next to baselines (HAPMoE Table 2 style)."""
-    from hapmoe_milp.api import make_settings
-    from hapmoe_milp.config import check_choice, check_time_limit
+    from hapmoe_milp.api import families_for
+    from hapmoe_milp.config import check_time_limit, make_settings, offload_choice
 
     m = catalog_model(require(model, "--model", "to compare"))
     c = catalog_cluster(require(cluster, "--cluster", "to compare"))
     with flags():
-        check_choice("family", family, ("both", "megatron", "hetero"))
+        families_for(family, None)
         limit = check_time_limit(time_limit)
-        st = make_settings(
-            m, None, global_batch_size=gbs, seq_length=seq, micro_batch_size=mbs, optimizer_offload=optimizer_offload
-        )
+        offload = offload_choice(optimizer_offload)
+        # the solvers are cross-checked on one fixed setting: auto compares them without offload
+        st = make_settings(m, None, global_batch_size=gbs, seq_length=seq, micro_batch_size=mbs)
+        st = st.with_(optimizer_offload=offload is True)
     if runtimes:
         from hapmoe_milp.compare import compare_runtimes, format_runtimes_markdown
 
         with compute():
-            rep = compare_runtimes(
-                m, c, st, time_limit=limit, optimizer_offload="auto" if not optimizer_offload else True
-            )
+            rep = compare_runtimes(m, c, st, time_limit=limit, optimizer_offload=offload)
         if as_json:
             emit_json(rep)
         else:
@@ -83,9 +78,7 @@ def compare(
         if not names:
             raise SettingsError("needs at least one baseline (megatron, metis, hetermoe)", field="--against")
         with compute():
-            rep = compare_against(
-                m, c, st, names, time_limit=limit, optimizer_offload="auto" if not optimizer_offload else True
-            )
+            rep = compare_against(m, c, st, names, time_limit=limit, optimizer_offload=offload)
         rep.pop("solutions", None)
         if as_json:
             emit_json(rep)
@@ -141,8 +134,8 @@ def sweep(
 ) -> None:
     """Solve many (model x cluster mix x settings) cases, locally or on Ray; resumable."""
     from hapmoe_milp import render
-    from hapmoe_milp.api import make_settings
-    from hapmoe_milp.config import check_choice
+    from hapmoe_milp.api import families_for
+    from hapmoe_milp.config import check_choice, make_settings
     from hapmoe_milp.fileio import check_output_file
     from hapmoe_milp.sweep import best_table, cases_from_clusters, cases_from_mix, parse_prices, plot_sweep, run_sweep
 
@@ -150,7 +143,7 @@ def sweep(
         raise SettingsError("give either --clusters or --mix", field="--clusters")
     with flags():
         if family is not None:
-            check_choice("family", family, ("both", "megatron", "hetero"))
+            families_for(family, None)
         check_choice("x", x, ("devices", "price"))
         for ref in model:  # the settings layer checks --gbs/--seq against each model's defaults
             make_settings(catalog_model(ref), None, global_batch_size=gbs, seq_length=seq)
@@ -159,47 +152,33 @@ def sweep(
 
         check_output_file(plot, "--plot")
         require_matplotlib("--plot")
-    grid: dict[str, list[Any]] = {}
-    for k, v in (("global_batch_size", gbs), ("seq_length", seq), ("family", family)):
-        if v is not None:
-            grid[k] = [v]
-    price_map = parse_prices(prices)
-    if clusters is not None:
-        names = [n.strip() for n in clusters.split(",") if n.strip()]
-        cases = cases_from_clusters(model, names, grid or None, prices=price_map)
-    else:
-        cases = cases_from_mix(
-            model, list(mix or ()), budget, prices=price_map, settings_grid=grid or None, catalog=STATE.catalog
-        )
-    with stdout_to_stderr():
-        summary = run_sweep(
-            cases,
-            out,
-            backend=backend,
-            workers=workers,
-            address=address,
-            resume=resume,
-            overwrite=overwrite,
-            time_limit=time_limit,
-            solver=solver,
-            progress=stderr_is_tty(),
-            catalog=STATE.catalog,
-        )
-    best = best_table(summary.rows)
-    if plot is not None:
-        plot_sweep(summary.rows, plot, x=x)  # type: ignore[arg-type]
+    grid = {k: [v] for k, v in (("global_batch_size", gbs), ("seq_length", seq), ("family", family)) if v is not None}
+    with flags():
+        price_map = parse_prices(prices)
+        if clusters is not None:
+            names = [n.strip() for n in clusters.split(",") if n.strip()]
+            cases = cases_from_clusters(model, names, grid or None, prices=price_map)
+        else:
+            cases = cases_from_mix(
+                model, list(mix or ()), budget, prices=price_map, settings_grid=grid or None, catalog=STATE.catalog
+            )
+        with stdout_to_stderr():
+            summary = run_sweep(
+                cases,
+                out,
+                backend=backend,
+                workers=workers,
+                address=address,
+                resume=resume,
+                overwrite=overwrite,
+                time_limit=time_limit,
+                solver=solver,
+                progress=stderr_is_tty(),
+                catalog=STATE.catalog,
+            )
+        if plot is not None:
+            plot_sweep(summary.rows, plot, x=x)  # type: ignore[arg-type]
     if as_json:
-        emit_json(
-            {
-                "out": str(summary.out),
-                "total": summary.total,
-                "skipped": summary.skipped,
-                "ran": summary.ran,
-                "ok": summary.ok,
-                "errors": summary.errors,
-                "wall_s": summary.wall_s,
-                "best": best,
-            }
-        )
+        emit_json(summary.to_dict())
         return
-    render.console().print(render.best_mixes_table(best, summary))
+    render.console().print(render.best_mixes_table(best_table(summary.rows), summary))

@@ -28,7 +28,7 @@ from hapmoe_milp.specs.mixers import GatedDeltaNetShape, Mamba1Shape, Mamba2Shap
 from hapmoe_milp.specs.model import ModelSpec
 
 # Read + write passes over the conv channels per forward: the causal convolution, its activation, the
-# gate/decay computations and the gated output norm (an assumption, as ELEMENTWISE_PASSES_H in model.py).
+# gate/decay computations and the gated output norm (an assumption, as ELEMENTWISE_PASSES_H in layer.py).
 MIXER_PASSES = 8
 # Kernels per forward (estimates of Megatron-Core's layers with their fused kernels), of which GEMMs:
 # gated DeltaNet: norm, in-projection, conv, split/activation (2), q/k L2 norm (2), gates (2), the chunked

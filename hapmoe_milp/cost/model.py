@@ -11,14 +11,16 @@ for MoE) element-wise work and stored activations are further split by TP.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from hapmoe_milp.config import ParallelConfig, Recompute, Settings
 from hapmoe_milp.cost.kernels import layer_kernels
-from hapmoe_milp.cost.mixers import mixer_cost, mixer_cp_bytes, mixer_out_width, recomputed_activations
+from hapmoe_milp.cost.layer import ELEMENTWISE_PASSES_H, layer_comm, layer_compute  # noqa: F401 (re-exported)
+from hapmoe_milp.cost.mixers import mixer_cost, recomputed_activations
 from hapmoe_milp.cost.primitives import (
     BF16,
     FP32,
@@ -42,11 +44,6 @@ ADAM_BYTES_PER_PARAM = 30
 # Framework/allocator overhead per rank, as Sailor's simulator uses (reference/papers.md §6.4).
 OVERHEAD_TP1 = 2.0 * GIB
 OVERHEAD_TP = 3.0 * GIB
-# Element-wise passes over a [t, h] bf16 tensor per layer forward: two norms (read+write each), two
-# residual adds (2 reads + 1 write), rotary embedding on Q/K, dropout/bias fusions -- an assumption.
-ELEMENTWISE_PASSES_H = 14
-# Permute + unpermute of routed tokens, read + write each, forward.
-PERMUTE_PASSES = 4
 
 
 @dataclass(frozen=True)
@@ -88,6 +85,9 @@ class LayerSplit:
 ZERO = LayerCost(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
+T = TypeVar("T")
+
+
 def _clip0(x: Any) -> Any:
     """``max(0, x)`` for a float or, elementwise, a numpy array."""
     return np.maximum(x, 0.0) if isinstance(x, np.ndarray) else max(0.0, x)
@@ -109,9 +109,18 @@ class CostModel:
         self.cluster = cluster
         self.settings = settings
         self.ep_comm_visible = ep_comm_visible
-        self._memo: dict[tuple, LayerCost] = {}
+        self._memo: dict[tuple[Any, ...], Any] = {}
 
     # ------------------------------------------------------------------ helpers
+    def _cached(self, tag: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)``, computed once per cost model: the same option is priced again and again (every
+        instance, every solver, the final estimate), and its price depends only on ``args``."""
+        key = (tag, *args)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = fn(*args)
+        return hit
+
     def device(self, did: str) -> DeviceSpec:
         return self.cluster.device(did)
 
@@ -126,106 +135,21 @@ class CostModel:
 
     # ------------------------------------------------------------------ one layer
     def layer(self, did: str, cfg: ParallelConfig, b: int, kind: LayerKind, recompute: Recompute) -> LayerCost:
-        key = ("L", did, cfg, b, kind, recompute)
-        hit = self._memo.get(key)
-        if hit is None:
-            hit = self._layer(did, cfg, b, kind, recompute)
-            self._memo[key] = hit
-        return hit
+        return self._cached("L", self._layer, did, cfg, b, kind, recompute)
 
     def _layer(self, did: str, cfg: ParallelConfig, b: int, kind: LayerKind, recompute: Recompute) -> LayerCost:
+        """One layer on one micro-batch of ``b`` samples: kernel time and communication
+        (:mod:`hapmoe_milp.cost.layer`), then EP overlap, recompute, host overheads and memory, composed here."""
         m, st, dev = self.model, self.settings, self.device(did)
         prec = st.precision
-        S = st.seq_length
-        h = m.hidden_size
-        tp, cp = cfg.tp, cfg.cp
-        t = b * S / cp
+        tp = cfg.tp
+        t = b * st.seq_length / cfg.cp
         ts = t / tp  # sequence-parallel shard
         mixer, mlp_kind = m.kind_parts(kind)
         is_moe = mlp_kind == "moe"
-
-        # ---- token mixer: attention (projections and flash-style core), or gated DeltaNet / Mamba
-        f_comp, b_comp, attn_core_f, attn_core_b = self._mixer_time(dev, mixer, t, tp, prec)
-        # two norms and two residual adds per attention+MLP layer; half for a one-sub-layer hybrid layer
-        sublayers = (mixer is not None) + (mlp_kind is not None)
-        elem = memory_time(dev, ELEMENTWISE_PASSES_H * sublayers / 2 * ts * h * BF16)
-        f_comp += elem
-        b_comp += 2 * elem
-
-        # ---- MLP: dense, or router + routed experts + shared experts
-        n_tp_coll = 2 if mixer else 0  # the mixer's AG + RS (forward)
-        routed_rows = 0.0
-        if is_moe:
-            E = m.num_experts or 1
-            k = m.moe_router_topk
-            local = E // cfg.ep
-            rows_per_expert = k * t * cfg.ep * cfg.etp / (tp * E)
-            routed_rows = rows_per_expert * local
-            imb = st.imbalance
-            exp_f = self.expert_gemms(did, rows_per_expert, local, cfg.etp)
-            router = gemm_time(dev, ts, E, h, "bf16") + memory_time(dev, 4 * ts * E * FP32)
-            permute = memory_time(dev, PERMUTE_PASSES * k * ts * h * BF16)
-            f_comp += imb * exp_f + router + permute
-            b_comp += imb * 2 * exp_f + 2 * router + 2 * permute
-            if m.moe_shared_expert_intermediate_size:
-                sh = self._mlp_gemms(dev, t, m.moe_shared_expert_intermediate_size / tp, prec)
-                f_comp += sh
-                b_comp += 2 * sh
-                n_tp_coll += 2
-        elif mlp_kind == "dense":
-            mlp = self._mlp_gemms(dev, t, m.ffn / tp, prec)
-            f_comp += mlp
-            b_comp += 2 * mlp
-            n_tp_coll += 2
-
-        # ---- FP8: every GEMM input is quantised first (read bf16, write fp8), activations forward and
-        # output gradients backward
-        if prec == "fp8":
-            ins = t * h + t * mixer_out_width(m, mixer) / tp if mixer else 0.0
-            if is_moe:
-                ins += routed_rows * (h + m.expert_ffn / cfg.etp)
-                if m.moe_shared_expert_intermediate_size:
-                    ins += t * (h + m.moe_shared_expert_intermediate_size / tp)
-            elif mlp_kind == "dense":
-                ins += t * (h + m.ffn / tp)
-            cast = memory_time(dev, 3 * ins)
-            f_comp += cast
-            b_comp += 2 * cast
-
-        # ---- MTP extras: 2h->h projection and its own logits + loss
-        if kind == "mtp":
-            proj = gemm_time(dev, t, h / tp, 2 * h, prec)
-            head_f, head_b = self._head(dev, t, tp, prec)
-            f_comp += proj + head_f
-            b_comp += 2 * proj + head_b
-
-        # ---- tensor-parallel collectives (sequence parallel: all-gather + reduce-scatter pairs)
-        tp_f = 0.0
-        if tp > 1:
-            tp_f = (
-                n_tp_coll
-                / 2
-                * (
-                    self.collective(dev, did, "all_gather", t * h * BF16, tp, tp)
-                    + self.collective(dev, did, "reduce_scatter", t * h * BF16, tp, tp)
-                )
-            )
-        # ---- context parallel: ring exchange of K/V chunks, hidden behind the attention core when it can be
-        cp_f = cp_b = 0.0
-        if cp > 1 and mixer in ("gdn", "mamba"):
-            # sequence shard -> head shard and back around the mixer, forward and backward
-            a2a = mixer_cp_bytes(m, mixer, t, tp)
-            cp_f = cp_b = 2 * self.collective(dev, did, "all_to_all", a2a, cp, tp * cp)
-        elif cp > 1 and mixer == "attention":
-            kv_shards = tp if m.multi_latent_attention else min(tp, m.groups)
-            kv_bytes = t * (m.kv_dim + m.v_dim) * BF16 / kv_shards
-            step = self.collective(dev, did, "p2p", kv_bytes, 2, tp * cp)
-            cp_f = max(0.0, (cp - 1) * step - attn_core_f)
-            cp_b = max(0.0, 2 * (cp - 1) * step - attn_core_b)
-        # ---- expert parallel: dispatch + combine
-        ep_f = 0.0
-        if is_moe and self.ep_comm_visible:
-            ep_f = self._ep_comm(dev, did, cfg, ts)
+        c = layer_compute(self, dev, did, cfg, t, ts, kind, mixer, mlp_kind)
+        f_comp, b_comp, elem, routed_rows = c.f_comp, c.b_comp, c.elem, c.routed_rows
+        tp_f, cp_f, cp_b, ep_f = layer_comm(self, dev, did, cfg, t, ts, mixer, is_moe, c)
         # EP overlap (--overlap-moe-expert-parallel-comm) runs one micro-batch's dispatch/combine beside another's
         # computation, so it hides at most that computation: a share ep_overlap of min(comm, compute). Backward
         # repeats the forward traffic.
@@ -576,84 +500,95 @@ class CostModel:
     # ------------------------------------------------------------------ stage edges
     def first_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
         """Input embedding on the first stage."""
-        key = ("E", did, cfg, b)
-        hit = self._memo.get(key)
-        if hit is None:
-            m, dev = self.model, self.device(did)
-            t = b * self.settings.seq_length / cfg.cp
-            ts = t / cfg.tp
-            lookup = memory_time(dev, 2 * ts * m.hidden_size * BF16)
-            tp_c = (
-                self.collective(dev, did, "reduce_scatter", t * m.hidden_size * BF16, cfg.tp, cfg.tp)
-                if cfg.tp > 1
-                else 0.0
-            )
-            dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp
-            weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
-            hit = LayerCost(
-                fwd=lookup + tp_c,
-                bwd=2 * lookup + tp_c,
-                compute=3 * lookup,
-                tp=2 * tp_c,
-                cp=0.0,
-                ep=0.0,
-                act=ts * m.hidden_size * BF16,
-                weights=weights,
-                params_dense=dense_local,
-                params_expert=0.0,
-                rs=rs,
-                ag=ag,
-                opt=opt,
-            )
-            self._memo[key] = hit
-        return hit
+        return self._cached("E", self._first_edge, did, cfg, b)
+
+    def _first_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
+        m, dev = self.model, self.device(did)
+        t = b * self.settings.seq_length / cfg.cp
+        ts = t / cfg.tp
+        lookup = memory_time(dev, 2 * ts * m.hidden_size * BF16)
+        tp_c = (
+            self.collective(dev, did, "reduce_scatter", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+        )
+        dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp
+        return self._edge_cost(
+            dev,
+            did,
+            cfg,
+            dense_local,
+            fwd=lookup + tp_c,
+            bwd=2 * lookup + tp_c,
+            compute=3 * lookup,
+            tp_c=tp_c,
+            act=ts * m.hidden_size * BF16,
+        )
 
     def last_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
         """Final norm, output projection and loss on the last stage (plus a tied embedding copy)."""
-        key = ("H", did, cfg, b)
-        hit = self._memo.get(key)
-        if hit is None:
-            m, dev = self.model, self.device(did)
-            t = b * self.settings.seq_length / cfg.cp
-            head_f, head_b = self._head(dev, t, cfg.tp, self.settings.precision)
-            tp_c = (
-                self.collective(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
-            )
-            dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp + m.hidden_size * m.norm_params
-            weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
-            v_local = m.padded_vocab(cfg.tp) / cfg.tp
-            logits = 2 * t * v_local * FP32  # fp32 logits and their gradient, transient
-            hit = LayerCost(
-                fwd=head_f + tp_c,
-                bwd=head_b + tp_c,
-                compute=head_f + head_b,
-                tp=2 * tp_c,
-                cp=0.0,
-                ep=0.0,
-                act=t / cfg.tp * m.hidden_size * BF16,
-                weights=weights,
-                params_dense=dense_local,
-                params_expert=0.0,
-                rs=rs,
-                ag=ag,
-                opt=opt,
-                work=logits,
-            )
-            self._memo[key] = hit
-        return hit
+        return self._cached("H", self._last_edge, did, cfg, b)
+
+    def _last_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
+        m, dev = self.model, self.device(did)
+        t = b * self.settings.seq_length / cfg.cp
+        head_f, head_b = self._head(dev, t, cfg.tp, self.settings.precision)
+        tp_c = self.collective(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
+        dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp + m.hidden_size * m.norm_params
+        v_local = m.padded_vocab(cfg.tp) / cfg.tp
+        return self._edge_cost(
+            dev,
+            did,
+            cfg,
+            dense_local,
+            fwd=head_f + tp_c,
+            bwd=head_b + tp_c,
+            compute=head_f + head_b,
+            tp_c=tp_c,
+            act=t / cfg.tp * m.hidden_size * BF16,
+            work=2 * t * v_local * FP32,  # fp32 logits and their gradient, transient
+        )
+
+    def _edge_cost(
+        self,
+        dev: DeviceSpec,
+        did: str,
+        cfg: ParallelConfig,
+        dense_local: float,
+        *,
+        fwd: float,
+        bwd: float,
+        compute: float,
+        tp_c: float,
+        act: float,
+        work: float = 0.0,
+    ) -> LayerCost:
+        """An edge stage's extra work as a layer: dense parameters only (no experts, no CP exchange), its TP
+        collective once each way, and the parameters' state and DP sync priced like any layer's."""
+        weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, 0.0)
+        return LayerCost(
+            fwd=fwd,
+            bwd=bwd,
+            compute=compute,
+            tp=2 * tp_c,
+            cp=0.0,
+            ep=0.0,
+            act=act,
+            weights=weights,
+            params_dense=dense_local,
+            params_expert=0.0,
+            rs=rs,
+            ag=ag,
+            opt=opt,
+            work=work,
+        )
 
     def fixed_memory(self, did: str, cfg: ParallelConfig, b: int) -> float:
         """Per-rank bytes independent of layer count: one layer's working set (the largest kind, so the
         bound does not depend on which kinds a stage holds) plus framework overhead."""
-        key = ("F", did, cfg, b)
-        hit = self._memo.get(key)
-        if hit is None:
-            kinds = set(self.model.layer_kinds)
-            work = max(self.layer(did, cfg, b, k, "none").work for k in kinds)
-            hit_v = work + (OVERHEAD_TP if cfg.tp > 1 else OVERHEAD_TP1)
-            self._memo[key] = LayerCost(0, 0, 0, 0, 0, 0, 0, hit_v, 0, 0, 0, 0, 0)
-            return hit_v
-        return hit.weights
+        return self._cached("F", self._fixed_memory, did, cfg, b)
+
+    def _fixed_memory(self, did: str, cfg: ParallelConfig, b: int) -> float:
+        work = max(self.layer(did, cfg, b, k, "none").work for k in set(self.model.layer_kinds))
+        return work + (OVERHEAD_TP if cfg.tp > 1 else OVERHEAD_TP1)
 
     def exposed_sync(self, did: str, rs: Any, ag: Any, fwd: Any, bwd: Any, opt: Any) -> Any:
         """Data-parallel sync and optimizer step a stage adds after its last micro-batch (floats, or numpy
@@ -693,10 +628,9 @@ class CostModel:
 
         Sized on the sending stage's per-rank shard (sequence-parallel activations ``b*S/(CP*TP) x h``).
         """
-        key = ("P", src, src_cfg, src_b, dst, dst_devices)
-        hit = self._memo.get(key)
-        if hit is not None:
-            return hit.fwd
+        return self._cached("P", self._p2p, src, src_cfg, src_b, dst, dst_devices)
+
+    def _p2p(self, src: str, src_cfg: ParallelConfig, src_b: int, dst: str, dst_devices: int) -> float:
         m = self.model
         nbytes = src_b * self.settings.seq_length / src_cfg.cp / src_cfg.tp * m.hidden_size * BF16
         link = self.boundary_link(src, src_cfg.devices, dst, dst_devices)
@@ -707,6 +641,4 @@ class CostModel:
         else:
             val = collective_time(self.device(src), "p2p", link, nbytes, 2)
         # the share of the transfer the schedule does not hide (batched send/recv beside compute)
-        val *= self.device(src).runtime.p2p_exposed
-        self._memo[key] = LayerCost(val, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        return val
+        return val * self.device(src).runtime.p2p_exposed

@@ -101,7 +101,7 @@ def export_files(
 ) -> dict[str, str]:
     """The files of an export, name -> text, after validating ``plan`` for ``target`` (nothing is written)."""
     if target not in TARGETS:
-        raise ExportError(f"unknown target {target!r} (expected {', '.join(TARGETS)})", field="--target")
+        raise ExportError(f"unknown target {target!r} (expected {', '.join(TARGETS)})", field="target")
     check_names(plan, model, cluster)
     check(plan, model, cluster, target, source=source)
     for w in warnings_for(plan, model, cluster, target):
@@ -163,6 +163,6 @@ def export_plan(
     files = export_files(plan, model, cluster, target, out, source)
     scripts = [n for n in files if n.startswith("launch_node")]
     stale = _stale_scripts(out) if target != "flagscale" else []
-    written = write_files_atomic(out, files, executable=scripts, remove=stale, field="--out")
+    written = write_files_atomic(out, files, executable=scripts, remove=stale, field="out_dir")
     log.info("exported %s plan for %s to %s (%d files)", target, plan.model, os.fspath(out), len(written))
     return written

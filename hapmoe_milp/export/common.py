@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from hapmoe_milp.config import RECOMPUTE_LEVELS, Recompute
+from hapmoe_milp.layout import StageLayers
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.runtimes import RUNTIMES, shared_embedding
 from hapmoe_milp.specs.cluster import ClusterSpec
@@ -162,16 +163,6 @@ def launch_units(plan: Plan, cluster: ClusterSpec) -> list[LaunchUnit]:
 
 
 # ---------------------------------------------------------------------- layers per stage and chunk
-@dataclass(frozen=True)
-class StageLayers:
-    decoder: int
-    mtp: int
-
-    @property
-    def total(self) -> int:
-        return self.decoder + self.mtp
-
-
 def stage_layers(plan: Plan, model: ModelSpec) -> list[StageLayers]:
     """Decoder and MTP layer counts of each stage (MTP layers are the model's trailing layer kinds)."""
     kinds = model.layer_kinds

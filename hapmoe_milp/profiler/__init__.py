@@ -64,7 +64,7 @@ _EXPORTS = {
     "time_fn": "hapmoe_milp.profiler.timing",
     "profile_device": "hapmoe_milp.profiler.kernels",
     "detect_backend": "hapmoe_milp.profiler.kernels",
-    "known_peak": "hapmoe_milp.profiler.kernels",
+    "known_peak": "hapmoe_milp.profiler.peaks",
     "run_collectives": "hapmoe_milp.profiler.collectives",
     "launch_local_collectives": "hapmoe_milp.profiler.collectives",
     "load_collectives": "hapmoe_milp.profiler.collectives",

@@ -118,13 +118,13 @@ class _Comm:
             return "cpu", "gloo"
         if backend == "nccl":
             if not torch.cuda.is_available():
-                raise ProfilerError("--backend nccl needs a CUDA/ROCm device", field="--backend")
+                raise ProfilerError("--backend nccl needs a CUDA/ROCm device", field="backend")
             return "cuda", "nccl"
         if backend == "hccl":
             return "npu", "hccl"
         if backend == "gloo":
             return "cpu", "gloo"
-        raise ProfilerError(f"unknown backend {backend!r}; choose auto, nccl, hccl or gloo", field="--backend")
+        raise ProfilerError(f"unknown backend {backend!r}; choose auto, nccl, hccl or gloo", field="backend")
 
     def sync(self) -> None:
         """Drain this rank's queue, then wait for every rank: a sample starts and ends together everywhere."""
@@ -136,6 +136,44 @@ class _Comm:
         t = self.torch.tensor(list(values), dtype=self.torch.float64, device=self.device)
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
         return [float(v) for v in t.cpu().tolist()]
+
+
+def _first_working(
+    c: _Comm,
+    prim: str,
+    cands: list[tuple[str, Callable[[], object], str]],
+    notes: list[str],
+    method: dict[str, str],
+    emulate: bool,
+) -> Callable[[], object]:
+    """First candidate that runs; kinds: ``native`` (single-tensor API), ``list`` (the tensor-list API of
+    the same collective) and ``emulated`` (other collectives that move the same result, usually more data).
+    The choice is remembered in ``method``, so every size of a primitive uses the same implementation.
+    """
+    chosen = method.get(prim)
+    if emulate:
+        if chosen is None:
+            skipped = [lb for lb, _, kind in cands if kind != "emulated"]
+            notes.append(f"{prim}: {', '.join(skipped)} skipped on request (--emulate)")
+        cands = [cd for cd in cands if cd[2] == "emulated"]
+    for label, fn, kind in cands:
+        if chosen is not None and label != chosen:
+            continue
+        if chosen is None:
+            try:
+                fn()
+                c.sync()
+            except (RuntimeError, NotImplementedError, ValueError, AttributeError, TypeError) as exc:
+                msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                notes.append(f"{prim}: {label} is not available on {c.backend} ({msg[:160]}); trying the next")
+                continue
+            method[prim] = label
+            if kind == "emulated":
+                notes.append(f"{prim}: EMULATED as {label}; its busbw is the emulation's, below a native kernel's")
+            elif kind == "list":
+                notes.append(f"{prim}: measured with the tensor-list API ({label})")
+        return fn
+    raise ProfilerError(f"{prim}: no implementation works on backend {c.backend}")
 
 
 def _primitive_ops(
@@ -156,33 +194,7 @@ def _primitive_ops(
         return torch.zeros(k, dtype=dtype, device=c.device)
 
     def first_working(cands: list[tuple[str, Callable[[], object], str]]) -> Callable[[], object]:
-        """First candidate that runs; kinds: ``native`` (single-tensor API), ``list`` (the tensor-list API of
-        the same collective) and ``emulated`` (other collectives that move the same result, usually more data).
-        """
-        chosen = method.get(prim)
-        if emulate:
-            if chosen is None:
-                skipped = [lb for lb, _, kind in cands if kind != "emulated"]
-                notes.append(f"{prim}: {', '.join(skipped)} skipped on request (--emulate)")
-            cands = [cd for cd in cands if cd[2] == "emulated"]
-        for label, fn, kind in cands:
-            if chosen is not None and label != chosen:
-                continue
-            if chosen is None:
-                try:
-                    fn()
-                    c.sync()
-                except (RuntimeError, NotImplementedError, ValueError, AttributeError, TypeError) as exc:
-                    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                    notes.append(f"{prim}: {label} is not available on {c.backend} ({msg[:160]}); trying the next")
-                    continue
-                method[prim] = label
-                if kind == "emulated":
-                    notes.append(f"{prim}: EMULATED as {label}; its busbw is the emulation's, below a native kernel's")
-                elif kind == "list":
-                    notes.append(f"{prim}: measured with the tensor-list API ({label})")
-            return fn
-        raise ProfilerError(f"{prim}: no implementation works on backend {c.backend}")
+        return _first_working(c, prim, cands, notes, method, emulate)
 
     # torch >= 2.10 renamed the tensor-in/tensor-out forms (*_single); the old names still work, with a warning
     ag_native = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -294,7 +306,7 @@ def run_collectives(
     environment if none exists, and leaves it initialised).
     """
     if link is not None and link not in LINKS:
-        raise ProfilerError(f"unknown link class {link!r}; choose intra, inter or cross", field="--link")
+        raise ProfilerError(f"unknown link class {link!r}; choose intra, inter or cross", field="link")
     c = _Comm(backend)
     torch, dist = c.torch, c.dist
     dtype = torch.float32 if c.backend == "gloo" else torch.bfloat16
@@ -349,17 +361,7 @@ def run_collectives(
     wall = time.perf_counter() - t_start
     if c.rank != 0:
         return None
-    versions: dict[str, str] = {"torch": str(torch.__version__)}
-    if c.kind == "cuda":
-        try:
-            v = torch.cuda.nccl.version()
-            versions["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-        except Exception:
-            pass
-        if getattr(torch.version, "hip", None):
-            versions["rocm_hip"] = str(torch.version.hip)
-        else:
-            versions["cuda"] = str(torch.version.cuda)
+    versions = _library_versions(torch, c.kind)
     return {
         "format": COLLECTIVES_FORMAT,
         "link": chosen_link,
@@ -382,6 +384,22 @@ def run_collectives(
     }
 
 
+def _library_versions(torch: Any, kind: str) -> dict[str, str]:
+    """torch, and on CUDA/ROCm builds the collective library and toolkit versions, for the provenance."""
+    versions: dict[str, str] = {"torch": str(torch.__version__)}
+    if kind == "cuda":
+        try:
+            v = torch.cuda.nccl.version()
+            versions["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        except Exception:
+            pass
+        if getattr(torch.version, "hip", None):
+            versions["rocm_hip"] = str(torch.version.hip)
+        else:
+            versions["cuda"] = str(torch.version.cuda)
+    return versions
+
+
 def launch_local_collectives(
     nproc_per_node: int,
     out: str | Path,
@@ -399,9 +417,9 @@ def launch_local_collectives(
     tables in the same command. Multi-node runs need the launcher on every node, which the user starts.
     """
     if nproc_per_node < 2:
-        raise ProfilerError(f"collectives need at least 2 local ranks, got {nproc_per_node}", field="--nproc-per-node")
+        raise ProfilerError(f"collectives need at least 2 local ranks, got {nproc_per_node}", field="nproc_per_node")
     if link is not None and link not in LINKS:
-        raise ProfilerError(f"unknown link class {link!r}; choose intra, inter or cross", field="--link")
+        raise ProfilerError(f"unknown link class {link!r}; choose intra, inter or cross", field="link")
     outp = Path(out)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc_per_node}"]
     cmd += ["-m", "hapmoe_milp.profiler.collectives", "--out", str(outp), "--backend", backend]

@@ -31,7 +31,6 @@ import logging
 import math
 import os
 import platform
-import re
 import socket
 import subprocess
 import time
@@ -42,6 +41,7 @@ from types import ModuleType
 from typing import Any
 
 from hapmoe_milp.profiler import ProfilerError, require_torch
+from hapmoe_milp.profiler.peaks import KNOWN_PEAKS, KnownPeak, choose_peak, known_peak  # noqa: F401
 from hapmoe_milp.profiler.timing import Timing, calls_per_sample, time_fn
 
 log = logging.getLogger(__name__)
@@ -62,59 +62,6 @@ def attention_flops(batch: int, seq: int, heads: int, head_dim: int) -> tuple[fl
     """
     fwd = 2.0 * batch * seq * seq * heads * head_dim
     return fwd, ATTN_BWD_FLOP_FACTOR * fwd
-
-
-# --------------------------------------------------------------------------------------------- datasheet peaks
-@dataclass(frozen=True)
-class KnownPeak:
-    """Dense (no 2:4 sparsity) tensor-core peak of a part, matched on the runtime's device name."""
-
-    pattern: str
-    label: str
-    bf16: float | None
-    fp16: float
-    fp8: float | None
-    source: str
-    shipped_id: str | None = None
-
-
-NV_DATASHEET = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
-NV_H200 = "https://www.nvidia.com/en-us/data-center/h200/"
-NV_B200 = "https://www.nvidia.com/en-us/data-center/dgx-b200/"
-NV_A100 = "https://www.nvidia.com/en-us/data-center/a100/"
-NV_L40S = "https://www.nvidia.com/en-us/data-center/l40s/"
-NV_A40 = "https://www.nvidia.com/en-us/data-center/a40/"
-NV_VOLTA = "https://images.nvidia.com/content/volta-architecture/pdf/volta-architecture-whitepaper.pdf"
-H20_SRC = "https://github.com/zzc0721/torch-performance-test-data/blob/main/database.md"
-AMD_MI300X = "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html"
-AMD_MI325X = "https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html"
-ASCEND_A2 = "https://e.huawei.com/en/products/computing/ascend/atlas-800t-a2"
-# Order matters: the first match wins, so PCIe/NVL variants come before the SXM parts they contain.
-KNOWN_PEAKS: tuple[KnownPeak, ...] = (
-    KnownPeak(r"\bH100\b.*PCIe", "H100 PCIe", 756.5, 756.5, 1513.0, NV_DATASHEET),
-    KnownPeak(r"\bH100\b.*NVL", "H100 NVL", 835.5, 835.5, 1670.5, NV_DATASHEET),
-    KnownPeak(r"\bH100\b", "H100 SXM5", 989.4, 989.4, 1978.9, NV_DATASHEET, "h100"),
-    KnownPeak(r"\bH800\b(?!.*PCIe)", "H800 SXM5", 989.4, 989.4, 1978.9, NV_DATASHEET, "h800"),
-    KnownPeak(r"\bH200\b(?!.*NVL)", "H200 SXM", 989.4, 989.4, 1978.9, NV_H200, "h200"),
-    KnownPeak(r"\bH20\b", "H20", 148.0, 148.0, 296.0, H20_SRC, "h20"),
-    KnownPeak(r"\bB200\b", "B200", 2250.0, 2250.0, 4500.0, NV_B200, "b200"),
-    KnownPeak(r"\bA100\b", "A100", 312.0, 312.0, None, NV_A100, "a100"),
-    KnownPeak(r"\bA800\b", "A800", 312.0, 312.0, None, NV_A100, "a800"),
-    KnownPeak(r"\bL40S\b", "L40S", 362.05, 362.05, 733.0, NV_L40S, "l40s"),
-    KnownPeak(r"\bA40\b", "A40", 149.7, 149.7, None, NV_A40, "a40"),
-    KnownPeak(r"V100-SXM2", "V100 SXM2", None, 125.0, None, NV_VOLTA, "v100"),
-    KnownPeak(r"\bMI300X\b", "MI300X", 1307.4, 1307.4, 2614.9, AMD_MI300X, "mi300x"),
-    KnownPeak(r"\bMI325X\b", "MI325X", 1307.4, 1307.4, 2614.9, AMD_MI325X, "mi325x"),
-    KnownPeak(r"910B2", "Ascend 910B2", 353.9, 353.9, None, ASCEND_A2, "910b"),
-)  # fmt: skip
-
-
-def known_peak(hardware_name: str) -> KnownPeak | None:
-    """Datasheet dense peak for a runtime device name (``torch.cuda.get_device_name``), or None."""
-    for kp in KNOWN_PEAKS:
-        if re.search(kp.pattern, hardware_name, flags=re.IGNORECASE):
-            return kp
-    return None
 
 
 # --------------------------------------------------------------------------------------------- backend
@@ -161,7 +108,7 @@ def _import_torch_npu() -> ModuleType | None:
 def detect_backend(backend: str = "auto") -> Backend:
     """Pick the accelerator: ``auto`` prefers CUDA/ROCm, then Ascend (torch_npu), then CPU."""
     if backend not in BACKENDS:
-        raise ProfilerError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}", field="--backend")
+        raise ProfilerError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}", field="backend")
     torch = require_torch()
     versions: dict[str, str] = {"torch": str(torch.__version__), "python": platform.python_version()}
     cuda_ok = bool(torch.cuda.is_available())
@@ -198,7 +145,7 @@ def detect_backend(backend: str = "auto") -> Backend:
             f"backend {backend!r} requested but torch {torch.__version__} sees no "
             f"{'ROCm' if backend == 'rocm' else 'CUDA'} device (torch.cuda.is_available() = {cuda_ok}, "
             f"torch.version.hip = {getattr(torch.version, 'hip', None)})",
-            field="--backend",
+            field="backend",
         )
     if backend in ("auto", "npu"):
         tnpu = _import_torch_npu()
@@ -225,7 +172,7 @@ def detect_backend(backend: str = "auto") -> Backend:
             raise ProfilerError(
                 "backend 'npu' requested but torch_npu is not importable or sees no NPU; install torch_npu "
                 "matching your CANN and torch versions",
-                field="--backend",
+                field="backend",
             )
     versions["cpu_threads"] = str(torch.get_num_threads())
     return Backend(
@@ -638,7 +585,7 @@ def _pick_dtype(be: Backend, dtype: str) -> tuple[Any, str]:
             dtype = "fp16"  # V100-class: no bf16 tensor cores; the planner uses the fp16 peak for them
     table = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     if dtype not in table:
-        raise ProfilerError(f"unknown dtype {dtype!r}; choose auto, bf16, fp16 or fp32", field="--dtype")
+        raise ProfilerError(f"unknown dtype {dtype!r}; choose auto, bf16, fp16 or fp32", field="dtype")
     return table[dtype], dtype
 
 
@@ -659,9 +606,9 @@ def profile_device(
     ``peak_tflops`` overrides the dense peak used to turn TFLOP/s into efficiencies.
     """
     if not device_name or any(ch.isspace() for ch in device_name):
-        raise ProfilerError(f"invalid device name {device_name!r} (it becomes the table id)", field="--device")
+        raise ProfilerError(f"invalid device name {device_name!r} (it becomes the table id)", field="device_name")
     if peak_tflops is not None and not (math.isfinite(peak_tflops) and peak_tflops > 0):
-        raise ProfilerError(f"peak TFLOP/s must be a positive number, got {peak_tflops}", field="--peak-tflops")
+        raise ProfilerError(f"peak TFLOP/s must be a positive number, got {peak_tflops}", field="peak_tflops")
     t_start = time.perf_counter()
     be = detect_backend(backend)
     torch = be.torch
@@ -690,45 +637,8 @@ def profile_device(
     host = measure_host(be, cfg)
     usable = usable_memory(be)
 
-    best = max(p["tflops"] for p in gemm)
     kp = known_peak(be.hardware) if be.kind != "cpu" else None
-    sources: list[str] = []
-    peaks: dict[str, float] = {}
-    if peak_tflops is not None:
-        peak, basis = float(peak_tflops), "user"
-        assumptions.append(f"peak_tflops.{dname} = {peak:g}: given by the user (--peak-tflops)")
-    elif kp is not None and (kp.bf16 if dname == "bf16" else kp.fp16 if dname == "fp16" else None):
-        peak = float(kp.bf16 if dname == "bf16" else kp.fp16)  # type: ignore[arg-type]
-        basis = "datasheet"
-        sources.append(kp.source)
-        if kp.fp8 is not None:
-            peaks["fp8"] = kp.fp8
-            assumptions.append(
-                f"peak_tflops.fp8 = {kp.fp8:g} (datasheet, {kp.label}); not measured: the cost model applies the "
-                f"{dname} gemm_efficiency to it"
-            )
-        assumptions.append(
-            f"peak_tflops.{dname} = {peak:g}: datasheet dense peak of {kp.label} matched on {be.hardware!r}"
-        )
-    else:
-        peak, basis = best, "measured-best"
-        why = (
-            "the CPU has no published tensor peak"
-            if be.kind == "cpu"
-            else f"{be.hardware!r} is not in the built-in peak table"
-        )
-        assumptions.append(
-            f"peak_tflops.{dname} = {peak:.4g}: the best {dname} GEMM throughput measured here ({why}); efficiencies "
-            "are fractions of it, so the largest GEMM reads 1.0 -- pass --peak-tflops to use a datasheet peak"
-        )
-    peaks[dname if dname != "fp32" else "bf16"] = peak
-    if dname == "fp32":
-        assumptions.append("GEMMs were timed in fp32 and recorded under the bf16 key (the cost model's precision)")
-    if best > peak * 1.0001:
-        notes.append(
-            f"best measured GEMM {best:.4g} TFLOP/s exceeds the {basis} peak {peak:.4g} (boost clocks?); "
-            "table efficiencies are capped at 1.0"
-        )
+    peak, basis, peaks, sources = choose_peak(gemm, be.kind, be.hardware, dname, kp, peak_tflops, assumptions, notes)
     # fractions of the chosen peak, uncapped here (informational); the table writer caps table entries at 1.0
     for p in gemm:
         p["efficiency"] = p["tflops"] / peak

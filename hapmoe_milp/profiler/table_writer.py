@@ -260,7 +260,8 @@ def build_device_document(
     """(document, header comment lines) for a profiled device file; checked with the real loader.
 
     ``extrapolate`` is written into every table: ``clamp`` (as the shipped tables) lets the cost model ask
-    outside the measured range and get the edge value, ``error`` refuses.
+    outside the measured range and get the edge value, ``error`` refuses. Every value that was not measured
+    here is listed under ``assumptions``, in the order the sections below decide them.
     """
     _check_measurements(measurements)
     m = measurements
@@ -273,6 +274,69 @@ def build_device_document(
     notes: list[str] = [str(n) for n in m.get("notes", [])]
     backend = str(m.get("backend", ""))
 
+    peak, peaks = _peak_section(m, ov, base, asm)
+    gemm_t = _gemm_table(m, peak, extrapolate, notes)
+    attn_t, attn_b = _attention_tables(m, peak, extrapolate, notes)
+    mem, usable, mbe = m["memory"], m["usable_memory"], min(1.0, float(m["memory"]["memory_bound_efficiency"]))
+    _memory_assumptions(mem, usable, mbe, asm)
+    coll, by_link, provenance_coll = _collectives_section(collectives, base, backend, extrapolate, notes, asm)
+    node = _node_section(m, ov, base, backend, coll, by_link.get("intra"), asm)
+    vendor = ov.vendor or (base.vendor if base else VENDOR_BY_BACKEND.get(backend, backend or "unknown"))
+    name = ov.name or f"{m.get('hardware', did)} (profiled)"
+
+    profiled = {str(k): str(v) for k, v in m["profiled"].items()}
+    profiled.update(provenance_coll)
+    if base is not None:
+        profiled["base"] = f"{base.id} ({base.origin})"
+    doc: dict[str, Any] = {
+        "id": did,
+        "name": name,
+        "vendor": vendor,
+        "provenance": "profiled",
+        "profiled": profiled,
+        "sources": list(m.get("sources", [])),
+        "notes": "",
+        "memory_gib": sig(usable["usable_bytes"] / GIB),
+        "memory_bandwidth_GBps": sig(float(mem["memory_bandwidth_GBps"])),
+        "peak_tflops": peaks,
+        **node,
+        "assumptions": asm,
+        "runtime": {},
+        "tables": {
+            "gemm_efficiency": gemm_t,
+            "attention_efficiency": attn_t,
+            "attention_bwd_efficiency": attn_b,
+            "collectives": coll,
+        },
+    }
+    doc["runtime"] = _runtime_section(m, doc, mbe, base, asm)
+    if ov.price_per_hour is not None:
+        doc["price_per_hour"] = float(ov.price_per_hour)
+    if not doc["sources"]:
+        del doc["sources"]
+    # grouped GEMM vs the cost model on these very tables
+    grouped_note = _grouped_note(m, _validate(doc))
+    if grouped_note:
+        notes.append(grouped_note)
+    doc["notes"] = " | ".join(notes) if notes else "none"
+    _validate(doc)
+    header = [
+        f"WRITTEN by hapmoe-milp profile (hapmoe_milp.profiler) on {profiled.get('host', '?')} at "
+        f"{profiled.get('date', '?')}; provenance: profiled.",
+        f"Device: {name} ({did}); backend {backend}, {m.get('dtype')}, {m.get('mode')} mode, "
+        f"{profiled.get('tool', '')}.",
+        "Measured: gemm/attention efficiencies, memory bandwidth + memory-bound efficiency, usable memory"
+        + (f", collectives ({', '.join(sorted(by_link))})" if by_link else "")
+        + ". Everything else is listed under `assumptions` with where it came from.",
+        f"Tables {'clamp' if extrapolate == 'clamp' else 'refuse to extrapolate'} outside the measured range.",
+    ]
+    return doc, header
+
+
+def _peak_section(
+    m: Mapping[str, Any], ov: DeviceOverrides, base: DeviceSpec | None, asm: list[str]
+) -> tuple[float, dict[str, Any]]:
+    """(the peak the efficiencies are normalised by, the ``peak_tflops`` block)."""
     key, peak = _resolve_peak(m, ov, base, asm)
     peaks: dict[str, Any] = {key: sig(peak)}
     fp8 = m["peak_tflops"].get("fp8")
@@ -280,24 +344,33 @@ def build_device_document(
         peaks["fp8"] = sig(float(fp8))
         asm.extend(str(a) for a in m.get("assumptions", []) if str(a).startswith("peak_tflops.fp8"))
     peaks["note"] = f"dense peak used to normalise the measured efficiencies ({m.get('peak_basis', 'user')})"
+    return peak, peaks
 
-    gemm_t = _gemm_table(m, peak, extrapolate, notes)
-    attn_t, attn_b = _attention_tables(m, peak, extrapolate, notes)
-    mem = m["memory"]
-    mbe = min(1.0, float(mem["memory_bound_efficiency"]))
+
+def _memory_assumptions(mem: Mapping[str, Any], usable: Mapping[str, Any], mbe: float, asm: list[str]) -> None:
     ops = ", ".join(f"{o['op']} {o['fraction_of_copy']:.2f}" for o in mem.get("elementwise", []))
     asm.append(
         f"memory_bandwidth_GBps = {sig(mem['memory_bandwidth_GBps']):g}: measured large-copy bandwidth "
         f"((read + write) / time, {mem['copy_bytes'] / 2**20:.0f} MiB), not the datasheet figure"
     )
     asm.append(f"memory_bound_efficiency = {sig(mbe):g}: median fraction of the copy bandwidth of: {ops}")
-    usable = m["usable_memory"]
     asm.append(f"memory_gib = {sig(usable['usable_bytes'] / GIB):g}: measured usable memory ({usable['method']})")
 
-    # ---- collectives, per link class: measured > base > (CPU only) the other measured class
-    docs = _coll_docs(collectives)
+
+def _collectives_section(
+    collectives: Sequence[str | Path | Mapping[str, Any]],
+    base: DeviceSpec | None,
+    backend: str,
+    extrapolate: str,
+    notes: list[str],
+    asm: list[str],
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, str]]:
+    """(``collectives`` tables, the measured documents by link class, their provenance lines).
+
+    Per link class: measured > copied from ``base`` > (CPU only) the other measured class; a cross-type
+    measurement becomes a note for the cluster file, since a device table has no cross link."""
     by_link: dict[str, dict[str, Any]] = {}
-    for d in docs:
+    for d in _coll_docs(collectives):
         link = d["link"]
         if link == "cross":
             cl = cross_link_from_collectives(d)
@@ -314,12 +387,12 @@ def build_device_document(
     coll: dict[str, Any] = {
         "note": "nccl-tests bus bandwidth (busbw) per rank vs message bytes per rank; inter = same device type",
     }
-    provenance_coll: dict[str, str] = {}
+    provenance: dict[str, str] = {}
     for link in LINK_CLASSES:
         if link in by_link:
             d = by_link[link]
             coll[link] = _coll_tables_from_doc(d, extrapolate)
-            provenance_coll[f"collectives_{link}"] = (
+            provenance[f"collectives_{link}"] = (
                 f"{d['backend']} {d['world_size']} ranks on {','.join(map(str, d.get('hosts', [])))} "
                 f"({d.get('date', '?')}, {d.get('mode', '?')}, {d.get('origin', '')})"
             )
@@ -330,38 +403,53 @@ def build_device_document(
             }
             asm.append(f"collectives.{link}: not measured; copied from {base.id} ({base.origin})")
     for link in LINK_CLASSES:
-        if link not in coll:
-            other = next((o for o in LINK_CLASSES if o in by_link), None)
-            if backend == "cpu" and other is not None:
-                coll[link] = _coll_tables_from_doc(by_link[other], extrapolate)
-                asm.append(
-                    f"collectives.{link}: not measured; copied from the {other} gloo run (a CPU 'device' is a process "
-                    "and gloo talks TCP either way)"
-                )
-            else:
-                raise ProfilerError(
-                    f"no {link}-node collectives: run `python -m torch.distributed.run ... -m "
-                    f"hapmoe_milp.profiler.collectives --link {link} --out FILE` "
-                    f"{'on two hosts ' if link == 'inter' else ''}and pass the file, or pass a shipped --base "
-                    "device to copy them from"
-                )
+        if link in coll:
+            continue
+        other = next((o for o in LINK_CLASSES if o in by_link), None)
+        if backend != "cpu" or other is None:
+            raise ProfilerError(
+                f"no {link}-node collectives: run `python -m torch.distributed.run ... -m "
+                f"hapmoe_milp.profiler.collectives --link {link} --out FILE` "
+                f"{'on two hosts ' if link == 'inter' else ''}and pass the file, or pass a shipped --base "
+                "device to copy them from"
+            )
+        coll[link] = _coll_tables_from_doc(by_link[other], extrapolate)
+        asm.append(
+            f"collectives.{link}: not measured; copied from the {other} gloo run (a CPU 'device' is a process "
+            "and gloo talks TCP either way)"
+        )
+    return coll, by_link, provenance
 
-    # ---- fields a single-host profiler cannot measure
-    intra_doc = by_link.get("intra")
 
-    def pick(label: str, override: Any, from_base: Any, synth: Any, synth_why: str) -> Any:
-        def fmt(v: Any) -> str:
-            return f"{v:g}" if isinstance(v, float) else str(v)
+def _pick(
+    asm: list[str], base: DeviceSpec | None, label: str, override: Any, from_base: Any, synth: Any, why: str
+) -> Any:
+    """A value a single-host profiler cannot measure: given on the command line > the base's > synthesised,
+    with an assumption line saying which."""
 
-        if override is not None:
-            asm.append(f"{label} = {fmt(override)}: given on the command line")
-            return override
-        if from_base is not None:
-            asm.append(f"{label} = {fmt(from_base)}: copied from {base.id if base else '?'} (not measurable here)")
-            return from_base
-        asm.append(f"{label} = {fmt(synth)}: {synth_why}")
-        return synth
+    def fmt(v: Any) -> str:
+        return f"{v:g}" if isinstance(v, float) else str(v)
 
+    if override is not None:
+        asm.append(f"{label} = {fmt(override)}: given on the command line")
+        return override
+    if from_base is not None:
+        asm.append(f"{label} = {fmt(from_base)}: copied from {base.id if base else '?'} (not measurable here)")
+        return from_base
+    asm.append(f"{label} = {fmt(synth)}: {why}")
+    return synth
+
+
+def _node_section(
+    m: Mapping[str, Any],
+    ov: DeviceOverrides,
+    base: DeviceSpec | None,
+    backend: str,
+    coll: Mapping[str, Any],
+    intra_doc: Mapping[str, Any] | None,
+    asm: list[str],
+) -> dict[str, Any]:
+    """``devices_per_node``, ``intra_node`` and ``nic_Gbps`` of the document (see :func:`_pick`)."""
     if backend == "cpu" and intra_doc is not None:
         dpn_synth, dpn_why = (
             int(intra_doc["local_world_size"]),
@@ -370,74 +458,56 @@ def build_device_document(
     else:
         dpn_synth, dpn_why = int(m.get("device_count") or 1), "devices visible on the profiling host"
     dpn = int(
-        pick("devices_per_node", ov.devices_per_node, base.devices_per_node if base else None, dpn_synth, dpn_why)
+        _pick(asm, base, "devices_per_node", ov.devices_per_node, base and base.devices_per_node, dpn_synth, dpn_why)
     )
     if dpn < 1:
         raise ProfilerError(f"devices_per_node must be >= 1, got {dpn}")
-
     intra_big = max(max(coll["intra"][p]["y"]) for p in ("p2p", "all_gather"))
-    fabric = pick(
+    fabric = _pick(
+        asm,
+        base,
         "intra_node.fabric",
         ov.fabric,
-        base.intra.fabric if base else None,
+        base and base.intra.fabric,
         "switch",
         "assumed (every pair at full rate)",
     )
     if fabric not in FABRICS:
-        raise ProfilerError(f"fabric must be one of {', '.join(FABRICS)}, got {fabric!r}", field="--fabric")
+        raise ProfilerError(f"fabric must be one of {', '.join(FABRICS)}, got {fabric!r}", field="fabric")
     per_dev = float(
-        pick(
+        _pick(
+            asm,
+            base,
             "intra_node.per_device_GBps",
             ov.per_device_GBps,
-            base.intra.per_device_GBps if base else None,
+            base and base.intra.per_device_GBps,
             sig(intra_big),
             "largest measured intra-node busbw (p2p / all-gather), a lower bound of the link rate",
         )
     )
     per_pair = float(
-        pick(
+        _pick(
+            asm,
+            base,
             "intra_node.per_pair_GBps",
             ov.per_pair_GBps,
-            base.intra.per_pair_GBps if base else None,
+            base and base.intra.per_pair_GBps,
             per_dev,
             "= per_device_GBps (switch assumption)",
         )
     )
-    inter_p2p = max(coll["inter"]["p2p"]["y"])
     nic = float(
-        pick(
+        _pick(
+            asm,
+            base,
             "nic_Gbps",
             ov.nic_Gbps,
-            base.nic_Gbps if base else None,
-            sig(inter_p2p * 8),
+            base and base.nic_Gbps,
+            sig(max(coll["inter"]["p2p"]["y"]) * 8),
             "8 x the largest inter-node p2p busbw (GB/s -> Gb/s), a lower bound of the NIC rate",
         )
     )
-    vendor = ov.vendor or (base.vendor if base else VENDOR_BY_BACKEND.get(backend, backend or "unknown"))
-    name = ov.name or f"{m.get('hardware', did)} (profiled)"
-
-    # ---- grouped GEMM vs the cost model on these very tables
-    tables: dict[str, Any] = {
-        "gemm_efficiency": gemm_t,
-        "attention_efficiency": attn_t,
-        "attention_bwd_efficiency": attn_b,
-        "collectives": coll,
-    }
-    profiled = {str(k): str(v) for k, v in m["profiled"].items()}
-    profiled.update(provenance_coll)
-    if base is not None:
-        profiled["base"] = f"{base.id} ({base.origin})"
-    doc: dict[str, Any] = {
-        "id": did,
-        "name": name,
-        "vendor": vendor,
-        "provenance": "profiled",
-        "profiled": profiled,
-        "sources": list(m.get("sources", [])),
-        "notes": "",
-        "memory_gib": sig(usable["usable_bytes"] / GIB),
-        "memory_bandwidth_GBps": sig(float(mem["memory_bandwidth_GBps"])),
-        "peak_tflops": peaks,
+    return {
         "devices_per_node": dpn,
         "intra_node": {
             "fabric": fabric,
@@ -446,32 +516,7 @@ def build_device_document(
             "note": "unidirectional GB/s; per_pair = what one pair of devices can use (its direct links on a mesh)",
         },
         "nic_Gbps": sig(nic),
-        "assumptions": asm,
-        "runtime": {},
-        "tables": tables,
     }
-    doc["runtime"] = _runtime_section(m, doc, mbe, base, asm)
-    if ov.price_per_hour is not None:
-        doc["price_per_hour"] = float(ov.price_per_hour)
-    if not doc["sources"]:
-        del doc["sources"]
-    spec = _validate(doc)
-    grouped_note = _grouped_note(m, spec)
-    if grouped_note:
-        notes.append(grouped_note)
-    doc["notes"] = " | ".join(notes) if notes else "none"
-    _validate(doc)
-    header = [
-        f"WRITTEN by hapmoe-milp profile (hapmoe_milp.profiler) on {profiled.get('host', '?')} at "
-        f"{profiled.get('date', '?')}; provenance: profiled.",
-        f"Device: {name} ({did}); backend {backend}, {m.get('dtype')}, {m.get('mode')} mode, "
-        f"{profiled.get('tool', '')}.",
-        "Measured: gemm/attention efficiencies, memory bandwidth + memory-bound efficiency, usable memory"
-        + (f", collectives ({', '.join(sorted(by_link))})" if by_link else "")
-        + ". Everything else is listed under `assumptions` with where it came from.",
-        f"Tables {'clamp' if extrapolate == 'clamp' else 'refuse to extrapolate'} outside the measured range.",
-    ]
-    return doc, header
 
 
 def _clamp(name: str, v: float) -> float:

@@ -23,7 +23,7 @@ def get(name: str) -> ModuleType:
     """The backend module for ``name`` (``cpsat`` or ``milp``)."""
     mod = _MODULES.get(name)
     if mod is None:
-        raise SolverError(f"unknown exact solver {name!r}; use {', '.join(NAMES)} or auto", field="--solver")
+        raise SolverError(f"unknown exact solver {name!r}; use {', '.join(NAMES)} or auto", field="solver")
     return importlib.import_module(mod)
 
 

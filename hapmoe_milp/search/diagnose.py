@@ -31,7 +31,7 @@ def diagnose(model: ModelSpec, cluster: ClusterSpec, settings: Settings, familie
         return InfeasibleError(
             f"global batch {gbs} is not divisible by micro-batch {settings.micro_batch_size}",
             constraint="batch",
-            field="--gbs",
+            field="global_batch_size",
         )
     total = cluster.world_size
     worst: tuple[float, str] | None = None

@@ -25,6 +25,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,13 +34,15 @@ from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.errors import InfeasibleError
 from hapmoe_milp.instance import Instance, Option, build_instances, groups
 from hapmoe_milp.plan import Plan, Stage
-from hapmoe_milp.runtimes import Runtime
 from hapmoe_milp.search.dp_levels import Best, Chain, run_batch
 from hapmoe_milp.search.dp_tables import Clock, RowCache, SubProblem, build_batch, kind_order
 from hapmoe_milp.search.solution import Progress, ProgressEvent, Solution
 from hapmoe_milp.space import PruneCounter, Pruning
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
+
+if TYPE_CHECKING:  # the runtime is read through the instance; only its type is named here
+    from hapmoe_milp.runtimes import Runtime
 
 log = logging.getLogger(__name__)
 

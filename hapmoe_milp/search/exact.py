@@ -37,12 +37,11 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hapmoe_milp.config import Settings
 from hapmoe_milp.instance import Instance, build_instances, group_keys
 from hapmoe_milp.plan import Plan
-from hapmoe_milp.runtimes import Runtime
 from hapmoe_milp.search import backends
 from hapmoe_milp.search.formulation import (
     Assignment,
@@ -58,6 +57,9 @@ from hapmoe_milp.search.solution import Progress, ProgressEvent, Solution
 from hapmoe_milp.space import PruneCounter, Pruning
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
+
+if TYPE_CHECKING:  # the runtime is read through the instance; only its type is named here
+    from hapmoe_milp.runtimes import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,6 @@ import contextlib
 import logging
 import math
 import os
-import sys
 import time
 import warnings
 from typing import Any
@@ -34,6 +33,7 @@ from typing import Any
 import pulp
 
 from hapmoe_milp.errors import SolverError
+from hapmoe_milp.fileio import stdout_to_stderr
 from hapmoe_milp.search.formulation import DepthModel, SubResult
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class _HiGHSWarm(pulp.HiGHS):  # type: ignore[misc,name-defined]
     def createAndConfigureSolver(self, lp: pulp.LpProblem) -> None:
         # HiGHS prints its banner on stdout when the first Highs object is made, before the output flag
         # can be set; stdout carries only the CLI's answer (e.g. ``--json``), so send it to stderr
-        with _c_stdout_to_stderr():
+        with stdout_to_stderr():
             super().createAndConfigureSolver(lp)
 
     def callSolver(self, lp: pulp.LpProblem) -> None:
@@ -90,23 +90,6 @@ class _HiGHSWarm(pulp.HiGHS):  # type: ignore[misc,name-defined]
         # for another size fails ("Not Set"), so release the pool after every solve
         with contextlib.suppress(AttributeError):  # older highspy has no reset
             lp.solverModel.resetGlobalScheduler(True)
-
-
-@contextlib.contextmanager
-def _c_stdout_to_stderr() -> Any:
-    """Point file descriptor 1 at stderr for the duration (C libraries write there directly)."""
-    sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-    except OSError:  # pragma: no cover - no stdout at all
-        yield
-        return
-    try:
-        os.dup2(2, 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
 
 
 def _var(

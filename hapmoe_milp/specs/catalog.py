@@ -101,7 +101,7 @@ class Catalog:
             return load_model_file(ref)
         p = self.models_dir / f"{ref.lower()}.yaml"
         if not _is_file(p):
-            raise self._unknown("model", ref, self.model_names(), fld="--model")
+            raise self._unknown("model", ref, self.model_names(), fld="model")
         return load_model_file(p)
 
     def device(self, ref: str, source: str = "", fld: str = "") -> DeviceSpec:
@@ -123,5 +123,5 @@ class Catalog:
             return cluster_from_dict(load_document(ref), ref, self.device)
         p = self.clusters_dir / f"{ref.lower()}.yaml"
         if not _is_file(p):
-            raise self._unknown("cluster", ref, self.cluster_names(), fld="--cluster")
+            raise self._unknown("cluster", ref, self.cluster_names(), fld="cluster")
         return cluster_from_dict(load_document(p), str(p), self.device)

@@ -116,6 +116,22 @@ class ClusterSpec:
             "description": self.description,
         }
 
+    def describe(self) -> dict[str, Any]:
+        """:meth:`summary` plus the node groups, the cross-type link and the sources -- what
+        ``clusters NAME`` shows (``cluster_to_dict`` is the file format)."""
+        d = self.summary()
+        d["groups"] = [
+            {"device": g.device.id, "nodes": g.nodes, "devices_per_node": g.devices_per_node} for g in self.groups
+        ]
+        d["cross_link"] = {
+            "efficiency": self.cross.efficiency,
+            "latency_us": self.cross.latency_us,
+            "bandwidth_GBps": self.cross.bandwidth_GBps,
+            "assumption": self.cross.assumption,
+        }
+        d["sources"] = list(self.sources)
+        return d
+
 
 DeviceResolver = Callable[[str, str, str], DeviceSpec]
 
@@ -192,25 +208,28 @@ def cluster_from_dict(doc: dict[str, Any], source: str, resolve_device: DeviceRe
 
 
 def parse_inline(text: str, resolve_device: DeviceResolver) -> ClusterSpec:
-    """``8xh800+16x910b``: counts per device type; node size from each device entry."""
+    """``8xh800+16x910b``: counts per device type; node size from each device entry.
+
+    Errors name the ``cluster`` argument (a part's errors name it as their place and the part as field);
+    front ends relabel it with their own name for the value (the CLI: ``--cluster``)."""
     if not INLINE_RE.match(text):
-        raise SpecError(f"not an inline cluster (expected e.g. 8xh800+16x910b): {show(text)}", field="--cluster")
+        raise SpecError(f"not an inline cluster (expected e.g. 8xh800+16x910b): {show(text)}", field="cluster")
     groups: list[NodeGroup] = []
     compact = re.sub(r"\s+", "", text)
     for part in compact.split("+"):
         m = re.match(r"^(\d+)[x*](.+)$", part)
         if m is None:
-            raise SpecError(f"cannot parse {show(part)} (expected COUNTxDEVICE)", field="--cluster")
+            raise SpecError(f"cannot parse {show(part)} (expected COUNTxDEVICE)", field="cluster")
         digits, did = m.group(1), m.group(2)
         count = int(digits) if len(digits) <= 9 else MAX_DEVICES + 1
         if count <= 0:
-            raise SpecError(f"device count must be positive in {show(part)}", field="--cluster")
+            raise SpecError(f"device count must be positive in {show(part)}", field="cluster")
         if count > MAX_DEVICES:
             raise SpecError(
                 f"{show(part)}: more than the supported maximum of {MAX_DEVICES:,} devices per cluster",
-                field="--cluster",
+                field="cluster",
             )
-        dev = resolve_device(did, "--cluster", part)
+        dev = resolve_device(did, "cluster", part)
         dpn = dev.devices_per_node
         if count % dpn == 0:
             groups.append(NodeGroup(dev, count // dpn, dpn))
@@ -219,10 +238,10 @@ def parse_inline(text: str, resolve_device: DeviceResolver) -> ClusterSpec:
         else:
             raise SpecError(
                 f"{count} {did} is neither a whole number of {dpn}-device nodes nor less than one node",
-                source="--cluster",
+                source="cluster",
                 field=part,
             )
-    check_size(groups, None, "--cluster")
+    check_size(groups, None, "cluster")
     name = "+".join(f"{g.devices}x{g.device.id}" for g in groups)  # canonical: '16 * H800' is '16xh800'
     return ClusterSpec(name=name, groups=tuple(groups), description="inline", origin="inline")
 

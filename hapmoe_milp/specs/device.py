@@ -130,6 +130,23 @@ class DeviceSpec:
             "origin": self.origin,
         }
 
+    def describe(self) -> dict[str, Any]:
+        """:meth:`summary` plus where every number comes from (sources, assumptions, the basis of each
+        runtime term, profiling host, calibration runs) -- what ``devices NAME`` shows. Not the file format
+        (the lookup tables are left out)."""
+        d = self.summary()
+        d["origin"] = self.origin
+        d["sources"] = list(self.sources)
+        d["assumptions"] = list(self.assumptions)
+        if self.profiled:
+            d["profiled"] = dict(self.profiled)
+        d["runtime"] = {k: {"value": v, "basis": self.runtime_basis(k)} for k, v in self.runtime.to_dict().items()}
+        if self.calibration:
+            d["calibration"] = {k: v for k, v in self.calibration.items() if k != "runs"} | {
+                "runs": [r.get("id") for r in self.calibration.get("runs", [])]
+            }
+        return d
+
 
 def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
     f = Fields(doc, source)

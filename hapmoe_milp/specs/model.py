@@ -551,6 +551,19 @@ class ModelSpec:
             "global_batch_size": self.defaults.global_batch_size,
         }
 
+    def describe(self) -> dict[str, Any]:
+        """:meth:`summary` plus the sources and the officially reported parameter counts -- what
+        ``models NAME`` shows (``model_to_dict`` is the file format)."""
+        d = self.summary()
+        d["sources"] = list(self.sources)
+        if self.official:
+            d["official"] = {
+                "total_b": self.official.total_b,
+                "active_b": self.official.active_b,
+                "active_convention": self.official.active_convention,
+            }
+        return d
+
     def _attention_label(self) -> str:
         base = "MLA" if self.multi_latent_attention else ("GQA" if self.groups < self.num_attention_heads else "MHA")
         if self.is_hybrid:

@@ -135,16 +135,16 @@ def cases_from_clusters(
 ) -> list[SweepCase]:
     """Every model x cluster x settings combination, in that nesting order (deterministic)."""
     if not models:
-        raise HapmoeError("needs at least one model", field="--model")
+        raise HapmoeError("needs at least one model", field="models")
     if not clusters:
-        raise HapmoeError("needs at least one cluster", field="--clusters")
+        raise HapmoeError("needs at least one cluster", field="clusters")
     grid = _settings_list(settings_grid)
     n = len(models) * len(clusters) * len(grid)
     if n > MAX_SWEEP_CASES:
         raise HapmoeError(
             f"{len(models)} models x {len(clusters)} clusters x {len(grid)} settings = {n:,} cases, more than the "
             f"supported {MAX_SWEEP_CASES:,} per sweep",
-            field="--clusters",
+            field="clusters",
         )
     return [SweepCase.make(m, c, s, prices) for m in models for c in clusters for s in grid]
 
@@ -187,15 +187,15 @@ def parse_budget(text: str | Budget | None) -> Budget | None:
     b: dict[str, Any] = {}
     parts = [p for p in text.split(",") if p.strip()]
     if not parts:
-        raise HapmoeError(f"empty budget {text!r} (expected e.g. devices<=32 or price<=40)", field="--budget")
+        raise HapmoeError(f"empty budget {text!r} (expected e.g. devices<=32 or price<=40)", field="budget")
     for part in parts:
         m = BUDGET_RE.match(part)
         if m is None:
-            raise HapmoeError(f"cannot parse {part.strip()!r} (expected devices<=N or price<=X)", field="--budget")
+            raise HapmoeError(f"cannot parse {part.strip()!r} (expected devices<=N or price<=X)", field="budget")
         key, strict, val = m.group("key"), m.group("op") == "<", float(m.group("val"))
         if key == "devices":
             if val != int(val):
-                raise HapmoeError(f"device budget must be a whole number, got {val:g}", field="--budget")
+                raise HapmoeError(f"device budget must be a whole number, got {val:g}", field="budget")
             b["max_devices"], b["strict_devices"] = val, strict
         else:
             b["max_price"], b["strict_price"] = val, strict
@@ -215,16 +215,16 @@ def parse_prices(text: str | Mapping[str, float] | None) -> dict[str, float]:
                 continue
             k, sep, v = part.partition("=")
             if not sep or not k.strip():
-                raise HapmoeError(f"cannot parse {part!r} (expected DEVICE=PRICE, e.g. h800=2.5)", field="--prices")
+                raise HapmoeError(f"cannot parse {part!r} (expected DEVICE=PRICE, e.g. h800=2.5)", field="prices")
             items.append((k.strip(), v.strip()))
     out: dict[str, float] = {}
     for k, v in items:
         try:
             p = float(v)
         except (TypeError, ValueError):
-            raise HapmoeError(f"price of {k} is not a number: {v!r}", field="--prices") from None
+            raise HapmoeError(f"price of {k} is not a number: {v!r}", field="prices") from None
         if not math.isfinite(p) or p < 0:
-            raise HapmoeError(f"price of {k} must be a non-negative number, got {v!r}", field="--prices")
+            raise HapmoeError(f"price of {k} must be a non-negative number, got {v!r}", field="prices")
         out[str(k).lower()] = p
     return out
 
@@ -238,28 +238,28 @@ def parse_mix(text: str, catalog: Catalog | None = None, prices: Mapping[str, fl
     m = MIX_RE.match(text)
     if m is None:
         raise HapmoeError(
-            f"cannot parse {text.strip()!r} (expected DEVICE:MIN-MAX:STEP, e.g. h800:0-32:8)", field="--mix"
+            f"cannot parse {text.strip()!r} (expected DEVICE:MIN-MAX:STEP, e.g. h800:0-32:8)", field="mixes"
         )
     cat = catalog or Catalog()
-    dev = cat.device(m.group("dev"), "", "--mix")
+    dev = cat.device(m.group("dev"), "", "mixes")
     dpn = dev.devices_per_node
     lo = int(m.group("lo"))
     hi = int(m.group("hi")) if m.group("hi") is not None else lo
     step = int(m.group("step")) if m.group("step") is not None else dpn
     if hi < lo:
-        raise HapmoeError(f"{text.strip()!r}: MAX {hi} is below MIN {lo}", field="--mix")
+        raise HapmoeError(f"{text.strip()!r}: MAX {hi} is below MIN {lo}", field="mixes")
     if step <= 0:
-        raise HapmoeError(f"{text.strip()!r}: STEP must be positive", field="--mix")
+        raise HapmoeError(f"{text.strip()!r}: STEP must be positive", field="mixes")
     if hi > MAX_DEVICES:
         raise HapmoeError(
             f"{text.strip()!r}: MAX {hi:,} exceeds the supported maximum of {MAX_DEVICES:,} devices per cluster",
-            field="--mix",
+            field="mixes",
         )
     if (hi - lo) // step + 1 > MAX_MIX_COUNTS:
         raise HapmoeError(
             f"{text.strip()!r} gives {(hi - lo) // step + 1:,} counts, more than the supported {MAX_MIX_COUNTS:,}; "
             "use a larger STEP",
-            field="--mix",
+            field="mixes",
         )
     counts = tuple(n for n in range(lo, hi + 1, step) if n == 0 or n < dpn or n % dpn == 0)
     skipped = [n for n in range(lo, hi + 1, step) if n not in counts]
@@ -268,7 +268,7 @@ def parse_mix(text: str, catalog: Catalog | None = None, prices: Mapping[str, fl
     if not counts:
         raise HapmoeError(
             f"{text.strip()!r} has no count that is a whole number of {dpn}-device {dev.id} nodes or less than one node",
-            field="--mix",
+            field="mixes",
         )
     price = (prices or {}).get(dev.id, dev.price_per_hour)
     return MixRange(device=dev.id, counts=counts, devices_per_node=dpn, price_per_hour=price)
@@ -290,23 +290,23 @@ def mix_clusters(
     price_map = parse_prices(prices)
     ranges = [parse_mix(t, catalog, price_map) for t in _split_mixes(mixes)]
     if not ranges:
-        raise HapmoeError("needs at least one DEVICE:MIN-MAX:STEP range", field="--mix")
+        raise HapmoeError("needs at least one DEVICE:MIN-MAX:STEP range", field="mixes")
     seen: set[str] = set()
     for r in ranges:
         if r.device in seen:
-            raise HapmoeError(f"device {r.device} is given twice", field="--mix")
+            raise HapmoeError(f"device {r.device} is given twice", field="mixes")
         seen.add(r.device)
     unused = sorted(set(price_map) - seen)
     if unused:
         raise HapmoeError(
-            f"a price for {unused[0]}, which no --mix range uses ({', '.join(sorted(seen))})", field="--prices"
+            f"a price for {unused[0]}, which no --mix range uses ({', '.join(sorted(seen))})", field="prices"
         )
     combos = math.prod(len(r.counts) for r in ranges)
     if combos > MAX_SWEEP_CASES:
         raise HapmoeError(
             f"the ranges combine to {combos:,} clusters, more than the supported {MAX_SWEEP_CASES:,} per sweep; "
             "narrow them or use larger steps",
-            field="--mix",
+            field="mixes",
         )
     bud = parse_budget(budget)
     if bud is not None and bud.max_price is not None:
@@ -314,7 +314,7 @@ def mix_clusters(
         if missing:
             raise HapmoeError(
                 f"a price budget needs a price for {', '.join(missing)}; pass --prices {missing[0]}=X,...",
-                field="--budget",
+                field="budget",
             )
     out: list[str] = []
     for combo in itertools.product(*(r.counts for r in ranges)):
@@ -328,7 +328,7 @@ def mix_clusters(
             continue
         out.append("+".join(f"{c}x{r.device}" for c, r in zip(combo, ranges) if c > 0))
     if not out:
-        raise HapmoeError("no cluster in the mix ranges fits the budget", field="--budget" if bud else "--mix")
+        raise HapmoeError("no cluster in the mix ranges fits the budget", field="budget" if bud else "mixes")
     return out
 
 

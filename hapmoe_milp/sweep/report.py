@@ -84,10 +84,10 @@ def pareto_front(rows: Iterable[Mapping[str, Any]], x: XAxis = "devices") -> lis
     ``x="devices"`` counts the cluster's devices (what one pays for), not only those the plan uses.
     """
     if x not in ("devices", "price"):
-        raise HapmoeError(f"x must be devices or price, got {x!r}", field="--x")
+        raise HapmoeError(f"x must be devices or price, got {x!r}", field="x")
     good = [r for r in ok_rows(rows) if _x(r, x) is not None]
     if x == "price" and not good and ok_rows(rows):
-        raise HapmoeError("no result has a price; give device prices (--prices h800=2.5,...)", field="--prices")
+        raise HapmoeError("no result has a price; give device prices (--prices h800=2.5,...)", field="prices")
     out: list[dict[str, Any]] = []
     for model in sorted({r["model"] for r in good}):
         mine = sorted(
@@ -112,7 +112,7 @@ def plot_sweep(rows: Iterable[Mapping[str, Any]], out_png: str | Path, x: XAxis 
     front = pareto_front(rows, x)
     good = [r for r in ok_rows(rows) if _x(r, x) is not None]
     if not good:
-        raise HapmoeError("no successful case to plot", field="--plot")
+        raise HapmoeError("no successful case to plot", field="out_png")
     fig = Figure(figsize=(8.0, 5.0))
     ax = fig.add_subplot(1, 1, 1)
     models = sorted({r["model"] for r in good})

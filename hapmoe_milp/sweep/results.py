@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hapmoe_milp.errors import HapmoeError
-from hapmoe_milp.fileio import clean_json
+from hapmoe_milp.fileio import OutputError, clean_json
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
 from hapmoe_milp.sweep.cases import SweepCase
@@ -47,29 +47,6 @@ def cluster_price(cluster: ClusterSpec, overrides: Mapping[str, float]) -> float
             return None
         total += n * p
     return total
-
-
-def plan_summary(plan: Any) -> dict[str, Any]:
-    return {
-        "family": plan.family,
-        "runtime": plan.runtime,
-        "pp": plan.pp,
-        "vpp": plan.vpp,
-        "num_microbatches": plan.num_microbatches,
-        "micro_batch_size": plan.micro_batch_size,
-        "global_batch_size": plan.global_batch_size,
-        "seq_length": plan.seq_length,
-        "stages": [
-            {
-                "device": s.device,
-                "devices": s.devices,
-                "layers": [s.layer_start, s.layer_end],
-                "config": s.cfg.label(),
-                "recompute": s.recompute,
-            }
-            for s in plan.stages
-        ],
-    }
 
 
 def error_row(
@@ -126,7 +103,7 @@ def run_case(
             "devices_used": pred["devices"],
             "price_per_hour": price,
             "tokens_per_dollar": tps * 3600.0 / price if price else None,
-            "plan": plan_summary(plan),
+            "plan": plan.summary(),
             "solver": {"name": sol.solver, "status": sol.status, "wall_s": sol.wall_s, "gap": sol.gap},
             "wall_s": time.perf_counter() - t0,
         }
@@ -213,11 +190,13 @@ def locked_output(path: Path) -> Iterator[int]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise HapmoeError(f"cannot create its folder: {exc.strerror or exc}", source=str(path), field="--out") from None
+        raise OutputError(
+            f"cannot create its folder: {exc.strerror or exc}", source=str(path), field="out_jsonl"
+        ) from None
     try:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise HapmoeError(f"cannot open for writing: {exc}", source=str(path), field="--out") from None
+        raise OutputError(f"cannot open for writing: {exc}", source=str(path), field="out_jsonl") from None
     try:
         try:
             import fcntl
@@ -227,7 +206,7 @@ def locked_output(path: Path) -> Iterator[int]:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                raise HapmoeError("another sweep is writing this file", source=str(path), field="--out") from None
+                raise OutputError("another sweep is writing this file", source=str(path), field="out_jsonl") from None
         yield fd
     finally:
         os.close(fd)

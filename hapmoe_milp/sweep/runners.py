@@ -12,19 +12,20 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hapmoe_milp.config import check_time_limit
+from hapmoe_milp.config import SOLVERS, check_choice, check_time_limit
 from hapmoe_milp.errors import HapmoeError
-from hapmoe_milp.fileio import check_output_dir
+from hapmoe_milp.fileio import OutputError, check_output_dir
 from hapmoe_milp.specs.catalog import Catalog
 from hapmoe_milp.specs.cluster import INLINE_RE, ClusterSpec, parse_inline
 from hapmoe_milp.specs.device import DeviceSpec
 from hapmoe_milp.specs.model import ModelSpec
 from hapmoe_milp.sweep.cases import SweepCase
+from hapmoe_milp.sweep.report import best_table
 from hapmoe_milp.sweep.results import Sink, error_row, locked_output, repair, run_case
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,19 @@ class SweepSummary:
     def complete(self) -> bool:
         return len(self.rows) == self.total
 
+    def to_dict(self) -> dict[str, Any]:
+        """The counts and the best cluster per model and metric (:func:`~.report.best_table`), as JSON."""
+        return {
+            "out": str(self.out),
+            "total": self.total,
+            "skipped": self.skipped,
+            "ran": self.ran,
+            "ok": self.ok,
+            "errors": self.errors,
+            "wall_s": self.wall_s,
+            "best": best_table(self.rows),
+        }
+
 
 Work = tuple[SweepCase, ModelSpec, ClusterSpec]
 
@@ -71,30 +85,29 @@ class _Resolver:
             self.devices[key] = self.catalog.device(ref, source, fld)
         return self.devices[key]
 
-    def model(self, ref: str) -> ModelSpec:
-        if ref not in self.models:
+    @staticmethod
+    def _once(cache: dict[str, Any], ref: str, load: Callable[[str], Any]) -> Any:
+        """``load(ref)`` once; a failure is remembered too and raised again (that case's error row)."""
+        if ref not in cache:
             try:
-                self.models[ref] = self.catalog.model(ref)
-            except Exception as exc:  # a bad entry is that case's error row
-                self.models[ref] = exc
-        v = self.models[ref]
+                cache[ref] = load(ref)
+            except Exception as exc:
+                cache[ref] = exc
+        v = cache[ref]
         if isinstance(v, Exception):
             raise v
         return v
 
+    def model(self, ref: str) -> ModelSpec:
+        return self._once(self.models, ref, self.catalog.model)
+
     def cluster(self, ref: str) -> ClusterSpec:
-        if ref not in self.clusters:
-            try:
-                if INLINE_RE.match(ref) and not Path(ref).is_file():
-                    self.clusters[ref] = parse_inline(ref, self._device)
-                else:
-                    self.clusters[ref] = self.catalog.cluster(ref)
-            except Exception as exc:  # a bad entry is that case's error row
-                self.clusters[ref] = exc
-        v = self.clusters[ref]
-        if isinstance(v, Exception):
-            raise v
-        return v
+        return self._once(self.clusters, ref, self._load_cluster)
+
+    def _load_cluster(self, ref: str) -> ClusterSpec:
+        if INLINE_RE.match(ref) and not Path(ref).is_file():
+            return parse_inline(ref, self._device)
+        return self.catalog.cluster(ref)
 
 
 class _Progress:
@@ -165,21 +178,9 @@ def run_sweep(
     CPUs. ``time_limit`` is the solver's limit per case, in seconds. Returns the counts plus the rows of all
     requested cases.
     """
-    if backend not in BACKENDS:
-        raise HapmoeError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}", field="--backend")
-    if workers is not None and workers < 1:
-        raise HapmoeError(f"must be at least 1, got {workers}", field="--workers")
-    if address is not None and backend != "ray":
-        raise HapmoeError("--address only applies to --backend ray", field="--address")
-    if resume and overwrite:
-        raise HapmoeError("--resume and --overwrite exclude each other", field="--resume")
+    _check_arguments(backend, workers, address, resume, overwrite, solver)
     if time_limit is not None:
-        try:
-            time_limit = check_time_limit(time_limit)
-        except HapmoeError as exc:
-            raise exc.at(field="--time-limit") from None
-    if solver not in ("dp", "cpsat", "milp", "auto"):
-        raise HapmoeError(f"unknown solver {solver!r}; choose one of dp, cpsat, milp, auto", field="--solver")
+        time_limit = check_time_limit(time_limit)
     if backend == "ray":
         _import_ray()  # fail before touching the output file
     ordered: list[SweepCase] = []
@@ -190,17 +191,8 @@ def run_sweep(
             continue
         ids.add(c.id)
         ordered.append(c)
-    out = Path(out_jsonl)
-    if out.is_dir():
-        raise HapmoeError("is a directory; give a .jsonl file name", source=str(out), field="--out")
-    check_output_dir(out.parent if str(out.parent) else Path("."), "--out")
+    out = _check_output(Path(out_jsonl), resume, overwrite)
     t0 = time.perf_counter()
-    if not resume and out.exists() and out.stat().st_size > 0 and not overwrite:
-        raise HapmoeError(
-            "exists and is not empty; pass --resume to continue it or --overwrite to start over",
-            source=str(out),
-            field="--out",
-        )
     with locked_output(out) as fd:
         if overwrite:
             os.ftruncate(fd, 0)
@@ -245,6 +237,36 @@ def run_sweep(
         out,
     )
     return summary
+
+
+def _check_arguments(
+    backend: str, workers: int | None, address: str | None, resume: bool, overwrite: bool, solver: str
+) -> None:
+    """Everything about a run that can be wrong, checked before any file is touched (errors name the
+    Python argument; the CLI relabels them with its flags)."""
+    if backend not in BACKENDS:
+        raise HapmoeError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}", field="backend")
+    if workers is not None and workers < 1:
+        raise HapmoeError(f"must be at least 1, got {workers}", field="workers")
+    if address is not None and backend != "ray":
+        raise HapmoeError("--address only applies to --backend ray", field="address")
+    if resume and overwrite:
+        raise HapmoeError("--resume and --overwrite exclude each other", field="resume")
+    check_choice("solver", solver, SOLVERS)
+
+
+def _check_output(out: Path, resume: bool, overwrite: bool) -> Path:
+    """The results file can be written, and a non-empty one is only continued or replaced on request."""
+    if out.is_dir():
+        raise OutputError("is a directory; give a .jsonl file name", source=str(out), field="out_jsonl")
+    check_output_dir(out.parent if str(out.parent) else Path("."), "out_jsonl")
+    if not resume and out.exists() and out.stat().st_size > 0 and not overwrite:
+        raise OutputError(
+            "exists and is not empty; pass --resume to continue it or --overwrite to start over",
+            source=str(out),
+            field="out_jsonl",
+        )
+    return out
 
 
 def _resolve_all(todo: list[SweepCase], catalog: Catalog) -> tuple[list[Work], list[dict[str, Any]]]:
@@ -367,7 +389,7 @@ def _import_ray() -> Any:
         import ray
     except ImportError as exc:
         raise HapmoeError(
-            f"the Ray backend needs ray, which is not installed ({exc}); {RAY_INSTALL_HINT}", field="--backend"
+            f"the Ray backend needs ray, which is not installed ({exc}); {RAY_INSTALL_HINT}", field="backend"
         ) from None
     return ray
 
@@ -400,7 +422,7 @@ def _run_ray(
                     runtime_env=runtime_env,
                 )
         except ConnectionError as exc:
-            raise HapmoeError(f"cannot join the Ray cluster at {address!r}: {exc}", field="--address") from None
+            raise HapmoeError(f"cannot join the Ray cluster at {address!r}: {exc}", field="address") from None
         started = True
     else:
         log.info("using the Ray instance this process already joined")

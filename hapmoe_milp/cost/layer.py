@@ -1,0 +1,154 @@
+"""A layer's price in two parts, composed by :meth:`CostModel._layer <hapmoe_milp.cost.model.CostModel>`:
+the kernel time of its mixer, MLP or routed experts, FP8 casts and MTP extras (:func:`layer_compute`), and
+its TP / CP / EP communication before any overlap (:func:`layer_comm`). They live apart from the model so
+each reads as one section of the formula sheet (reference/papers.md §13.2); the primitives and the model's
+own pricing helpers (GEMMs, the mixer, the EP dispatcher) come from the :class:`CostModel` passed in.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from hapmoe_milp.config import ParallelConfig
+from hapmoe_milp.cost.mixers import mixer_cp_bytes, mixer_out_width
+from hapmoe_milp.cost.primitives import BF16, FP32, gemm_time, memory_time
+from hapmoe_milp.specs.device import DeviceSpec
+from hapmoe_milp.specs.model import LayerKind
+
+if TYPE_CHECKING:
+    from hapmoe_milp.cost.model import CostModel
+
+# Element-wise passes over a [t, h] bf16 tensor per layer forward: two norms (read+write each), two
+# residual adds (2 reads + 1 write), rotary embedding on Q/K, dropout/bias fusions -- an assumption.
+ELEMENTWISE_PASSES_H = 14
+# Permute + unpermute of routed tokens, read + write each, forward.
+PERMUTE_PASSES = 4
+
+
+class Compute(NamedTuple):
+    """A layer's kernel time (forward, backward) and the pieces its communication and recompute need."""
+
+    f_comp: float
+    b_comp: float
+    attn_core_f: float
+    attn_core_b: float
+    elem: float
+    routed_rows: float
+    n_tp_coll: int
+
+
+def layer_compute(
+    cm: CostModel,
+    dev: DeviceSpec,
+    did: str,
+    cfg: ParallelConfig,
+    t: float,
+    ts: float,
+    kind: LayerKind,
+    mixer: Any,
+    mlp_kind: Any,
+) -> Compute:
+    """Forward and backward kernel time of a layer's mixer, MLP or experts, FP8 casts and MTP extras."""
+    m, st = cm.model, cm.settings
+    prec, h, tp = st.precision, m.hidden_size, cfg.tp
+    is_moe = mlp_kind == "moe"
+
+    # ---- token mixer: attention (projections and flash-style core), or gated DeltaNet / Mamba
+    f_comp, b_comp, attn_core_f, attn_core_b = cm._mixer_time(dev, mixer, t, tp, prec)
+    # two norms and two residual adds per attention+MLP layer; half for a one-sub-layer hybrid layer
+    sublayers = (mixer is not None) + (mlp_kind is not None)
+    elem = memory_time(dev, ELEMENTWISE_PASSES_H * sublayers / 2 * ts * h * BF16)
+    f_comp += elem
+    b_comp += 2 * elem
+
+    # ---- MLP: dense, or router + routed experts + shared experts
+    n_tp_coll = 2 if mixer else 0  # the mixer's AG + RS (forward)
+    routed_rows = 0.0
+    if is_moe:
+        E = m.num_experts or 1
+        k = m.moe_router_topk
+        local = E // cfg.ep
+        rows_per_expert = k * t * cfg.ep * cfg.etp / (tp * E)
+        routed_rows = rows_per_expert * local
+        imb = st.imbalance
+        exp_f = cm.expert_gemms(did, rows_per_expert, local, cfg.etp)
+        router = gemm_time(dev, ts, E, h, "bf16") + memory_time(dev, 4 * ts * E * FP32)
+        permute = memory_time(dev, PERMUTE_PASSES * k * ts * h * BF16)
+        f_comp += imb * exp_f + router + permute
+        b_comp += imb * 2 * exp_f + 2 * router + 2 * permute
+        if m.moe_shared_expert_intermediate_size:
+            sh = cm._mlp_gemms(dev, t, m.moe_shared_expert_intermediate_size / tp, prec)
+            f_comp += sh
+            b_comp += 2 * sh
+            n_tp_coll += 2
+    elif mlp_kind == "dense":
+        mlp = cm._mlp_gemms(dev, t, m.ffn / tp, prec)
+        f_comp += mlp
+        b_comp += 2 * mlp
+        n_tp_coll += 2
+
+    # ---- FP8: every GEMM input is quantised first (read bf16, write fp8), activations forward and
+    # output gradients backward
+    if prec == "fp8":
+        ins = t * h + t * mixer_out_width(m, mixer) / tp if mixer else 0.0
+        if is_moe:
+            ins += routed_rows * (h + m.expert_ffn / cfg.etp)
+            if m.moe_shared_expert_intermediate_size:
+                ins += t * (h + m.moe_shared_expert_intermediate_size / tp)
+        elif mlp_kind == "dense":
+            ins += t * (h + m.ffn / tp)
+        cast = memory_time(dev, 3 * ins)
+        f_comp += cast
+        b_comp += 2 * cast
+
+    # ---- MTP extras: 2h->h projection and its own logits + loss
+    if kind == "mtp":
+        proj = gemm_time(dev, t, h / tp, 2 * h, prec)
+        head_f, head_b = cm._head(dev, t, tp, prec)
+        f_comp += proj + head_f
+        b_comp += 2 * proj + head_b
+    return Compute(f_comp, b_comp, attn_core_f, attn_core_b, elem, routed_rows, n_tp_coll)
+
+
+def layer_comm(
+    cm: CostModel,
+    dev: DeviceSpec,
+    did: str,
+    cfg: ParallelConfig,
+    t: float,
+    ts: float,
+    mixer: Any,
+    is_moe: bool,
+    c: Compute,
+) -> tuple[float, float, float, float]:
+    """(TP forward, CP forward, CP backward, EP forward) communication time of a layer, before overlap."""
+    m, h, tp, cp = cm.model, cm.model.hidden_size, cfg.tp, cfg.cp
+    attn_core_f, attn_core_b, n_tp_coll = c.attn_core_f, c.attn_core_b, c.n_tp_coll
+    # ---- tensor-parallel collectives (sequence parallel: all-gather + reduce-scatter pairs)
+    tp_f = 0.0
+    if tp > 1:
+        tp_f = (
+            n_tp_coll
+            / 2
+            * (
+                cm.collective(dev, did, "all_gather", t * h * BF16, tp, tp)
+                + cm.collective(dev, did, "reduce_scatter", t * h * BF16, tp, tp)
+            )
+        )
+    # ---- context parallel: ring exchange of K/V chunks, hidden behind the attention core when it can be
+    cp_f = cp_b = 0.0
+    if cp > 1 and mixer in ("gdn", "mamba"):
+        # sequence shard -> head shard and back around the mixer, forward and backward
+        a2a = mixer_cp_bytes(m, mixer, t, tp)
+        cp_f = cp_b = 2 * cm.collective(dev, did, "all_to_all", a2a, cp, tp * cp)
+    elif cp > 1 and mixer == "attention":
+        kv_shards = tp if m.multi_latent_attention else min(tp, m.groups)
+        kv_bytes = t * (m.kv_dim + m.v_dim) * BF16 / kv_shards
+        step = cm.collective(dev, did, "p2p", kv_bytes, 2, tp * cp)
+        cp_f = max(0.0, (cp - 1) * step - attn_core_f)
+        cp_b = max(0.0, 2 * (cp - 1) * step - attn_core_b)
+    # ---- expert parallel: dispatch + combine
+    ep_f = 0.0
+    if is_moe and cm.ep_comm_visible:
+        ep_f = cm._ep_comm(dev, did, cfg, ts)
+    return tp_f, cp_f, cp_b, ep_f
