@@ -1,10 +1,5 @@
-"""FlagScale export: meshes, layer split, hostfile, and what FlagScale's runner and validator make of them.
-
-FlagScale itself is not installable here (it patches a pinned Megatron-LM), so the tests re-enact the three
-pieces of it that consume our output, transcribed from FlagOpen/FlagScale da4935ec:
-``runner/utils.py::flatten_dict_to_args`` (YAML -> CLI), ``train/arguments.py::pre_validate_args`` /
-``post_validate_args`` (the asserts) and ``train/hetero/parallel_context.py::RankMapper`` (rank order).
-"""
+"""FlagScale export: meshes, layer split, hostfile, and what FlagScale's runner and validator make of them
+(re-enacted in :mod:`tests.flagscale_oracle`)."""
 
 from __future__ import annotations
 
@@ -23,6 +18,7 @@ from hapmoe_milp.export.validate import validate
 from hapmoe_milp.plan import Plan, Stage, load_plan
 from hapmoe_milp.specs import Catalog
 from hapmoe_milp.specs.model import ModelSpec
+from tests.flagscale_oracle import built_layer_ids, flagscale_asserts, flatten_dict_to_args, rank_mapper
 
 CAT = Catalog()
 MIXTRAL = CAT.model("mixtral-s")
@@ -63,85 +59,6 @@ ONE_STAGE_LATER_MESH = make_plan([14, 10], ["h800", "910b"], [H_TP4, B_TP2])
 
 
 # ---------------------------------------------------------------------- FlagScale, re-enacted
-def flatten_dict_to_args(config: dict[str, Any]) -> list[str]:
-    """flagscale/runner/utils.py::flatten_dict_to_args (keys '_' -> '-', lists spread, True -> bare flag)."""
-    args: list[str] = []
-    for key, value in config.items():
-        key = key.replace("_", "-")
-        if isinstance(value, dict):
-            args.extend(flatten_dict_to_args(value))
-        elif isinstance(value, list):
-            args.append(f"--{key}")
-            args.extend(f"{v}" for v in value)
-        elif isinstance(value, bool):
-            if value:
-                args.append(f"--{key}")
-        else:
-            args += [f"--{key}", f"{value}"]
-    return args
-
-
-def flagscale_asserts(cfg: dict[str, Any], model: ModelSpec) -> list[int]:
-    """pre_validate_args / post_validate_args asserts; returns the per-mesh micro-batch sizes."""
-    sysc, hetero, mc = cfg["system"], cfg["system"]["hetero"], cfg["model"]
-    flat = hetero["hetero_process_meshes"]
-    assert len(flat) % 5 == 0
-    tps, cps, eps, dps, pps = flat[0::5], flat[1::5], flat[2::5], flat[3::5], flat[4::5]
-    etps = hetero["expert_tensor_parallel_size_per_process_mesh"]
-    assert len(etps) == len(tps)
-    mbs = mc["micro_batch_size"]
-    assert all(dps[0] * mbs % d == 0 for d in dps)
-    assert all(c == cps[0] for c in cps)
-    assert all(e == 1 for e in eps) or all(e != 1 for e in eps)  # what FlagScale *should* check (#717)
-    assert sysc["pipeline_model_parallel_size"] == sum(pps)
-    assert hetero["standalone_embedding_stage"] is False
-    if not model.untie_embeddings_and_output_weights or model.mtp_num_layers:
-        assert tps[0] == tps[-1]
-        if dps[0] != dps[-1] and sysc["use_distributed_optimizer"]:
-            assert dps[0] % dps[-1] == 0 or dps[-1] % dps[0] == 0
-            assert hetero["use_partial_reduce_for_shared_embedding"] is True
-    split = hetero["hetero_pipeline_layer_split"]
-    assert sum(split) == mc["num_layers"] and len(split) == sysc["pipeline_model_parallel_size"]
-    assert len(hetero["hetero_device_types"]) == len(tps)
-    assert hetero["hetero_current_device_type"] in hetero["hetero_device_types"]
-    assert cps[0] == 1  # ParallelContext: "Context parallelism is not supported."
-    for tp, cp, ep, dp, pp, etp in zip(tps, cps, eps, dps, pps, etps):
-        assert (tp * cp * dp * pp) % (etp * ep * pp) == 0
-    return [dps[0] * mbs // d for d in dps]
-
-
-def built_layer_ids(cfg: dict[str, Any]) -> list[int]:
-    """Layer numbers each rank builds, in pipeline order, as FlagScale's patched Megatron computes them: a
-    stage's offset is the layer split's prefix sum when its mesh's PP > 1 (pre_validate_args sets the
-    rank's pipeline size to its mesh's pp), else 0; it then builds split[stage] layers from there."""
-    h = cfg["system"]["hetero"]
-    flat, split = h["hetero_process_meshes"], h["hetero_pipeline_layer_split"]
-    out: list[int] = []
-    stage = 0
-    for pp in flat[4::5]:
-        for _ in range(pp):
-            offset = sum(split[:stage]) if pp > 1 else 0
-            out += range(offset, offset + split[stage])
-            stage += 1
-    return out
-
-
-def rank_mapper(hostfile_text: str, device_types: list[str]) -> list[str]:
-    """Device type of each logical rank: physical ranks follow the hostfile, then RankMapper sorts them by
-    the first index of their type in hetero_device_types, then by rank."""
-    physical: list[str] = []
-    hosts: set[str] = set()
-    for line in hostfile_text.splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        host, slots, typ = line.split()
-        assert host not in hosts, "FlagScale rejects a host listed twice"
-        hosts.add(host)
-        physical += [typ.removeprefix("type=")] * int(slots.removeprefix("slots="))
-    order = sorted(range(len(physical)), key=lambda r: (device_types.index(physical[r]), r))
-    return [physical[r] for r in order]
-
-
 # ---------------------------------------------------------------------- meshes and keys
 def test_meshes_group_consecutive_identical_stages() -> None:
     meshes = process_meshes(FOUR)

@@ -21,9 +21,8 @@ from hapmoe_milp.export.megatron import parse_hostfile
 from hapmoe_milp.export.validate import validate
 from hapmoe_milp.runtimes import RUNTIMES, cluster_vendors
 from hapmoe_milp.specs import Catalog
-from tests.test_export_flagscale import built_layer_ids, flagscale_asserts
-from tests.test_export_flagscale_runner import check_launch
-from tests.test_export_mindspeed import mindspeed_accepts
+from tests.flagscale_oracle import built_layer_ids, check_launch, flagscale_asserts
+from tests.mindspeed_oracle import mindspeed_accepts
 
 CAT = Catalog()
 MODELS = ["mixtral-s", "mixtral-l", "deepseek-v3", "qwen3-235b-a22b", "deepseek-v2-lite"]

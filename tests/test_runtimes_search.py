@@ -18,7 +18,7 @@ from hapmoe_milp.plan import Plan, Stage, check_plan
 from hapmoe_milp.runtimes import FLAGSCALE, MEGATRON, MINDSPEED
 from hapmoe_milp.search.dp import solve_dp
 from hapmoe_milp.space import Pruning, StageRules, mesh_runs, stage_rule_problems, stage_rules
-from tests.conftest import tiny_cluster, tiny_model
+from tests.helpers import tiny_cluster, tiny_model
 
 ST = Settings(seq_length=1024, global_batch_size=4, micro_batch_size=1, dispatcher="alltoall")
 
