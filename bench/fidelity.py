@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
-"""Cost-model fidelity against the public calibration set: before and after calibration, leave-one-out.
+"""Cost-model fidelity on the public calibration set, judged on what each fit has not seen.
 
-For every device type with measured runs in ``bench/calibration/runs.yaml``:
+For the runs in ``bench/calibration/runs.yaml``:
 
-- **before**: the shipped (datasheet + micro-benchmark) table predicts every run;
-- **after**: the table fitted to all of that device's runs (in-sample; what ``--write-tables`` ships);
-- **leave-one-out**: each run predicted by a table fitted to the device's *other* runs -- the honest
-  estimate of how well a calibrated table predicts a run it has not seen.
+- **uncalibrated**: the shipped (datasheet + micro-benchmark) tables predict every run;
+- **in-sample**: one pooled, identifiable fit to every run (what ``--write-tables`` ships) predicts the
+  runs it was fitted to -- reported, never the headline;
+- **leave-one-model-out** (headline), **leave-one-source-out**, **leave-one-run-out**: every run
+  predicted by the whole procedure (terms, identifiability, fit) rerun on the runs outside its fold.
 
 Same-model pairs on the same hardware must rank as measured (throughput per device). The section
 ``fidelity`` of bench/RESULTS.md is regenerated; ``--write-tables`` also (re)writes the shipped
-calibrated tables in ``clusters/devices-calibrated/``.
+calibrated tables in ``clusters/devices-calibrated/`` and checks each against its micro-benchmark rows.
 
 Usage::
 
@@ -29,26 +30,41 @@ from common import ROOT, command_line, fx, quiet_logging, table, update_section
 
 from hapmoe_milp import __version__
 from hapmoe_milp.calibration import (
-    DEFAULT_FIT,
     calibrated_document,
-    fit_device,
-    leave_one_out,
+    cross_validate,
+    load_rows,
     load_runs,
+    pooled_fit,
     predict,
     prepare,
     summarize,
     write_document,
 )
+from hapmoe_milp.calibration.microbench import table_rows_report
 from hapmoe_milp.specs import Catalog
 
-#: Devices without runs of their own that share a calibrated device's chip: they take its fitted compute and
+#: Devices without runs of their own that share a calibrated device's chip: they take its fitted kernel and
 #: host terms and keep their own link terms (A100 and A800 are the same GA100 die; A800's NVLink is capped).
-SAME_CHIP = {"a100": ("a800", ("launch_us", "sync_us", "gemm_scale", "fp8_gemm_scale", "grouped_rows_half",
-                               "attention_scale", "memory_efficiency"))}  # fmt: skip
+SAME_CHIP = {"a100": "a800"}
+CHIP_TERMS = ("launch_us", "sync_us", "gemm_scale", "fp8_gemm_scale", "grouped_rows_half", "attention_scale",
+              "memory_efficiency")  # fmt: skip
+METHOD = (
+    "pooled fit over the public set: stack terms (host, sync, overlap shares) shared by the devices of one "
+    "software stack, kernel terms per device only inside their micro-benchmark tolerance, only the terms the "
+    "runs identify (pivoted sensitivity, at most one per two runs); soft-L1 least squares on log step-time "
+    "ratios, runs weighted 1/sqrt(runs of the same model and device), weak prior toward the base table"
+)
+KINDS = ("model", "source", "run")
+LABEL = {"uncalibrated": "uncalibrated", "in-sample": "in-sample (fitted to all)", "model": "leave-one-model-out",
+         "source": "leave-one-source-out", "run": "leave-one-run-out"}  # fmt: skip
 
 
 def pct(x: float) -> str:
     return f"{x:+.1%}"
+
+
+def mw(s) -> str:
+    return f"{s.mape:.1%} / {s.worst:.1%}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,103 +72,147 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=Path, default=ROOT / "bench" / "calibration" / "runs.yaml")
     ap.add_argument("--write-tables", action="store_true", help="write clusters/devices-calibrated/<device>.yaml")
     ap.add_argument("--no-results", action="store_true", help="print only, do not touch bench/RESULTS.md")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="cross-validations to run (model,source,run)")
     args = ap.parse_args(argv)
     quiet_logging()
     t0 = time.perf_counter()
     shipped = Catalog(root=ROOT, use_calibrated=False)
     runs = [prepare(r, shipped) for r in load_runs(args.runs)]
     devices = sorted({d for r in runs for d in r.devices})
-    rows: dict[str, dict[str, object]] = {}
-    before_all, after_all, loo_all = [], [], []
-    per_device: list[list[object]] = []
-    for did in devices:
-        mine = [r for r in runs if did in r.devices]
-        base = shipped.device(did)
-        before = [predict(r) for r in mine]
-        fit = fit_device(mine, base, DEFAULT_FIT)
-        after = [replace(b, predicted_s=b.measured_s * (1 + e)) for b, e in zip(before, fit.errors, strict=True)]
-        loo = leave_one_out(mine, base, DEFAULT_FIT) if len(mine) > 1 else [b.error for b in before]
-        loo_res = [replace(b, predicted_s=b.measured_s * (1 + e)) for b, e in zip(before, loo, strict=True)]
-        before_all += before
-        after_all += after
-        loo_all += loo_res
-        sb, sa, sl = summarize(before), summarize(after), summarize(loo_res)
-        per_device.append(
-            [did, len(mine), f"{sb.mape:.1%} / {sb.worst:.1%}", f"{sa.mape:.1%} / {sa.worst:.1%}",
-             f"{sl.mape:.1%} / {sl.worst:.1%}" + ("" if len(mine) > 1 else " (1 run: none)"),
-             f"{sb.pairs_agree}/{sb.pairs}", f"{sl.pairs_agree}/{sl.pairs}"]
-        )  # fmt: skip
-        for b, a, lr in zip(before, after, loo_res, strict=True):
-            rows[b.id] = {"device": did, "model": b.model, "measured": b.measured_s, "before": b.error,
-                          "after": a.error, "loo": lr.error, "source": b.source}  # fmt: skip
-        hit = [f"{p.name}={p.value:.4g} ({p.at_bound} bound)" for p in fit.params if p.at_bound]
-        print(f"{did}: {len(mine)} runs, fitted " + ", ".join(f"{p.name}={p.value:.4g}" for p in fit.params))
-        if hit:
-            print(f"  at a bound: {', '.join(hit)}")
-        if args.write_tables:
-            doc = calibrated_document(base, fit, mine, before, loo if len(mine) > 1 else None, __version__)
-            path = write_document(doc, ROOT / "clusters" / "devices-calibrated" / f"{did}.yaml")
-            print(f"  wrote {path.relative_to(ROOT)}")
-            for twin, (src, names) in SAME_CHIP.items():
-                if src != did:
-                    continue
-                tb = shipped.device(twin)
-                values = {n: getattr(fit.device.runtime, n) for n in names}
-                tfit = replace(fit, device=replace(tb, runtime=tb.runtime.with_values(values)))
-                tdoc = calibrated_document(tb, tfit, mine, before, loo if len(mine) > 1 else None, __version__)
-                tdoc["calibration"]["derived_from"] = (
-                    f"{did}'s fit ({', '.join(names)}): same chip, no runs of its own; link terms stay {twin}'s"
-                )
-                tpath = write_document(tdoc, ROOT / "clusters" / "devices-calibrated" / f"{twin}.yaml")
-                print(f"  wrote {tpath.relative_to(ROOT)} (from {did})")
-    sb, sa, sl = summarize(before_all), summarize(after_all), summarize(loo_all)
-    wall = time.perf_counter() - t0
-    lines = [
-        "## Cost-model fidelity on the public calibration set",
-        "",
-        f"Command: `{command_line()}` — {len(runs)} runs on {len(devices)} device types in {wall:.0f} s.",
-        "",
-        "Runs: `bench/calibration/runs.yaml` (public measured Megatron-Core training runs, a source link per row; "
-        "GPT-OSS-120B, Qwen3-235B-A22B and Mixtral-8x22B are held out and appear nowhere). Error = "
-        "(predicted − measured) / measured step time. *Before*: shipped datasheet + micro-benchmark tables. "
-        "*After*: the table fitted to all of the device's runs (in-sample; what `clusters/devices-calibrated/` "
-        "ships). *Leave-one-out*: each run predicted by a table fitted to the device's other runs.",
-        "",
-        f"- **Leave-one-out MAPE {sl.mape:.1%}, worst {sl.worst:.1%}** ({sl.worst_id}); same-model pairs ranked "
-        f"as measured: {sl.pairs_agree}/{sl.pairs}.",
-        f"- Before calibration: MAPE {sb.mape:.1%}, worst {sb.worst:.1%} ({sb.worst_id}); pairs {sb.pairs_agree}/"
-        f"{sb.pairs}. After (in-sample): MAPE {sa.mape:.1%}, worst {sa.worst:.1%}; pairs {sa.pairs_agree}/{sa.pairs}.",
-        "",
-        "### Per device",
-        "",
-        table(
-            [
-                "device",
-                "runs",
-                "before MAPE / worst",
-                "after MAPE / worst",
-                "leave-one-out MAPE / worst",
-                "pairs before",
-                "pairs LOO",
-            ],
-            per_device,
-        ),
-        "",
-        "### Per run",
-        "",
-        table(
-            ["run", "device", "model", "measured s", "before", "after", "leave-one-out"],
-            [
-                [k, v["device"], v["model"], fx(v["measured"], 3), pct(v["before"]), pct(v["after"]), pct(v["loo"])]
-                for k, v in rows.items()
-            ],
-        ),
-    ]
+    bases = {d: shipped.device(d) for d in devices}
+    rows = load_rows(ROOT)
+    before = [predict(r, bases) for r in runs]
+    pf = pooled_fit(runs, bases, rows)
+    cols: dict[str, list[float]] = {"uncalibrated": [b.error for b in before], "in-sample": list(pf.result.errors)}
+    kinds = [k for k in args.kinds.split(",") if k]
+    for k in kinds:
+        print(f"cross-validating by {k} ...", file=sys.stderr)
+        cols[k] = cross_validate(runs, bases, rows, k)
+    print("\n".join(pf.report()))
+    for p in pf.result.params:
+        print(f"fitted {p.key}: " + ", ".join(f"{d} {p.start[d]:.4g} -> {p.value[d]:.4g}" for d in p.devices))
+    written = write_tables(runs, before, pf, rows) if args.write_tables else []
+    summ = {c: summarize(before, v) for c, v in cols.items()}
+    head = "model" if "model" in cols else "in-sample"
+    lines = header(runs, devices, time.perf_counter() - t0, summ, head)
+    lines += device_section(runs, before, cols, devices)
+    lines += fit_section(pf, written)
+    lines += run_section(runs, before, cols)
     body = "\n".join(lines)
     print(body)
     if not args.no_results:
         update_section("fidelity", body)
     return 0
+
+
+def write_tables(runs, before, pf, rows) -> list[str]:
+    """Write each device's calibrated table (scope public) and its micro-benchmark check."""
+    out = []
+    for did, base in pf.problem.bases.items():
+        mine = [i for i, r in enumerate(runs) if did in r.devices]
+        stack = runs[mine[0]].run.stack
+        table_dev = pf.tables(stack)[did]
+        doc = calibrated_document(
+            base, table_dev, pf.result.params, [runs[i] for i in mine], [before[i] for i in mine],
+            [pf.result.errors[i] for i in mine], scope="public", method=METHOD,
+            identification=pf.identification.to_dict(), rows=rows, version=__version__,
+        )  # fmt: skip
+        path = write_document(doc, ROOT / "clusters" / "devices-calibrated" / f"{did}.yaml")
+        out.append(f"{path.relative_to(ROOT)}: " + micro_line(table_dev, rows))
+        for twin, src in SAME_CHIP.items():
+            if src != did:
+                continue
+            tb = Catalog(root=ROOT, use_calibrated=False).device(twin)
+            vals = {n: getattr(table_dev.runtime, n) for n in CHIP_TERMS}
+            tdev = replace(tb, runtime=tb.runtime.with_values(vals))
+            tdoc = calibrated_document(
+                tb, tdev, [], [runs[i] for i in mine], [before[i] for i in mine],
+                [pf.result.errors[i] for i in mine], scope="public", method=METHOD, rows=rows, version=__version__,
+            )  # fmt: skip
+            tdoc["calibration"]["derived_from"] = (
+                f"{did}'s fit ({', '.join(CHIP_TERMS)}): same chip, no runs of its own; link terms stay {twin}'s"
+            )
+            tpath = write_document(tdoc, ROOT / "clusters" / "devices-calibrated" / f"{twin}.yaml")
+            out.append(f"{tpath.relative_to(ROOT)} (from {did}): " + micro_line(tdev, rows))
+    return out
+
+
+def micro_line(dev, rows) -> str:
+    rep = table_rows_report(dev, rows)
+    if not rep:
+        return "no micro-benchmark row applies"
+    bad = [r["id"] for r in rep if not r["within"]]
+    return f"{len(rep) - len(bad)}/{len(rep)} micro-benchmark rows within tolerance" + (
+        f" (outside: {', '.join(bad)})" if bad else ""
+    )
+
+
+def header(runs, devices, wall, summ, head) -> list[str]:
+    models = {r.model.name for r in runs}
+    h = summ[head]
+    lines = [
+        "## Cost-model fidelity on the public calibration set",
+        "",
+        f"Command: `{command_line()}` — {len(runs)} runs of {len(models)} models on {len(devices)} device types, "
+        f"{wall:.0f} s.",
+        "",
+        "Runs: `bench/calibration/runs.yaml` (public measured Megatron-Core / MindSpeed-LLM training runs, a source "
+        "link per row; GPT-OSS-120B, Qwen3-235B-A22B and Mixtral-8x22B are held out and appear nowhere). Error = "
+        "(predicted − measured) / measured step time. *Uncalibrated*: shipped datasheet + micro-benchmark tables. "
+        "*In-sample*: one pooled fit to every run (what `clusters/devices-calibrated/` ships) predicting its own "
+        "runs. *Leave-one-model-out / -source-out / -run-out*: each run predicted by the whole procedure (terms, "
+        "identifiability, fit) rerun without the run's model / source / the run itself.",
+        "",
+        f"- **{LABEL[head]}: MAPE {h.mape:.1%}, worst {h.worst:.1%}** ({h.worst_id}); same-model pairs ranked as "
+        f"measured {h.pairs_agree}/{h.pairs}.",
+    ]
+    for c, s in summ.items():
+        if c != head:
+            lines.append(
+                f"- {LABEL[c]}: MAPE {s.mape:.1%}, worst {s.worst:.1%} ({s.worst_id}); pairs {s.pairs_agree}/{s.pairs}."
+            )
+    return [*lines, ""]
+
+
+def device_section(runs, before, cols, devices) -> list[str]:
+    rows_out = []
+    for did in devices:
+        idx = [i for i, r in enumerate(runs) if did in r.devices]
+        b = [before[i] for i in idx]
+        models = len({runs[i].model.name for i in idx})
+        cells = [mw(summarize(b, [cols[c][i] for i in idx])) for c in cols]
+        s = summarize(b, [cols["model"][i] for i in idx]) if "model" in cols else summarize(b)
+        rows_out.append([did, len(idx), models, *cells, f"{s.pairs_agree}/{s.pairs}"])
+    heads = ["device", "runs", "models", *(f"{LABEL[c]} MAPE / worst" for c in cols), "pairs (LOMO)"]
+    return ["### Per device", "", table(heads, rows_out), ""]
+
+
+def fit_section(pf, written) -> list[str]:
+    lines = ["### What the full fit moved, and why", "", "```", *pf.report(), "```", ""]
+    for p in pf.result.params:
+        lines.append(
+            f"- `{p.key}`: " + ", ".join(f"{d} {p.start[d]:.4g} → {p.value[d]:.4g}" for d in p.devices)
+            + f" (bounded by {p.bounded_by}{'; at ' + p.at_bound + ' bound' if p.at_bound else ''})"
+        )  # fmt: skip
+    if written:
+        lines += ["", "Tables written:", "", *(f"- {w}" for w in written)]
+    return [*lines, ""]
+
+
+def run_section(runs, before, cols) -> list[str]:
+    heads = ["run", "device", "model", "stack", "measured s", *(LABEL[c] for c in cols)]
+    body = [
+        [
+            r.run.id,
+            "+".join(r.devices),
+            r.model.name,
+            r.run.stack,
+            fx(b.measured_s, 3),
+            *(pct(cols[c][i]) for c in cols),
+        ]
+        for i, (r, b) in enumerate(zip(runs, before, strict=True))
+    ]
+    return ["### Per run", "", table(heads, body)]
 
 
 if __name__ == "__main__":

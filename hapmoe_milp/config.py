@@ -24,6 +24,10 @@ Recompute = Literal["none", "selective", "full"]
 Family = Literal["megatron", "hetero"]
 FAMILIES: tuple[str, ...] = ("megatron", "hetero")
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
+#: Megatron's --fp8-recipe values the planner prices and exports: per-tensor scaling computed each step
+#: (tensorwise), 1x128/128x128 blocks (blockwise, Hopper DeepSeek-style), 32-element MX blocks (mxfp8,
+#: Blackwell). Delayed scaling is left out: Megatron rejects it with the selective recompute we export.
+FP8_RECIPES: tuple[str, ...] = ("tensorwise", "blockwise", "mxfp8")
 DISPATCHERS: tuple[str, ...] = ("allgather", "alltoall", "flex")
 #: The searches a user can ask for by name: the pruned DP, and the exact backends (``auto`` lets the
 #: exact front end pick and chain them). Written once; the API, presets, sweeps and the CLI check against it.
@@ -152,6 +156,7 @@ class Settings:
     global_batch_size: int = 256
     micro_batch_size: int = 1
     precision: Literal["bf16", "fp8"] = "bf16"
+    fp8_recipe: str = "tensorwise"
     imbalance: float = 1.0
     dispatcher: str = "alltoall"
     distributed_optimizer: bool = True
@@ -184,6 +189,7 @@ def _checked(s: Settings) -> dict[str, Any]:
         "global_batch_size": check_int("global_batch_size", s.global_batch_size, 1, MAX_BATCH),
         "micro_batch_size": check_int("micro_batch_size", s.micro_batch_size, 1, MAX_BATCH),
         "precision": check_choice("precision", s.precision, PRECISIONS),
+        "fp8_recipe": check_choice("fp8_recipe", s.fp8_recipe, FP8_RECIPES),
         "imbalance": check_float("imbalance", s.imbalance, 1.0, MAX_IMBALANCE),
         "dispatcher": check_choice("dispatcher", s.dispatcher, DISPATCHERS),
         "memory_headroom": check_float("memory_headroom", s.memory_headroom, 0.0, 0.9),

@@ -154,18 +154,21 @@ class Instance:
     def vpp_depths(self) -> tuple[int, ...]:
         """Pipeline depths an interleaved (``vpp > 1``) plan of this instance may have: Megatron needs
         ``P > 1`` and ``M % P == 0`` (its default micro-batch group is ``P``), and every virtual chunk gets
-        at least one layer (``P * vpp <= layers``). Empty for ``vpp == 1``."""
+        at least one layer, the embedding or the loss counting as one in the first and last chunk
+        (``P * vpp <= layers + 2``; :attr:`stage_min_layers` has the per-stage rule). Empty for ``vpp == 1``."""
         if self.vpp <= 1:
             return ()
         n, m = self.num_layers, self.num_microbatches
-        return tuple(p for p in range(2, n // self.vpp + 1) if m % p == 0)
+        return tuple(p for p in range(2, (n + 2) // self.vpp + 1) if m % p == 0)
 
     @property
     def stage_min_layers(self) -> tuple[int, int, int]:
         """Fewest layers a (middle, last, first) stage may hold: 1 under plain 1F1B; interleaved, a layer
-        per virtual chunk (``v``), the last stage's MTP layers in its last chunk (``v + mtp - 1``), and the
-        first stage's first chunk holding the leading block of another kind (``ceil(n / v) >= lead``, i.e.
-        ``n >= (lead - 1) v + 1``; :func:`vpp_lead`). The DP and the exact formulation both read it."""
+        per virtual chunk (``v``), except that the first stage's first chunk may hold only the embedding and
+        the last stage's last chunk only the loss (``v - 1``: Megatron's ``E|...|L`` layouts); the last
+        stage's MTP layers in its last chunk (``v + mtp - 1``), and the first stage's first chunk holding the
+        leading block of another kind (``ceil(n / v) >= lead``, i.e. ``n >= (lead - 1) v + 1``;
+        :func:`vpp_lead`). The DP and the exact formulation both read it."""
         v = self.vpp
         mtp = sum(1 for k in self.layer_kinds if k == "mtp")
         # a runtime whose layer split counts decoder layers per stage needs one beside the MTP layers
@@ -173,7 +176,9 @@ class Instance:
         if v <= 1:
             return 1, last_dec, 1
         lead = vpp_lead(self.model) or 0
-        return v, max(v, v + mtp - 1, last_dec), max(v, (lead - 1) * v + 1)
+        last = v + mtp - 1 if mtp else v - 1
+        first = max(v, (lead - 1) * v + 1) if lead else v - 1  # a leading block must sit in the first chunk
+        return v, max(last, last_dec), first
 
     @property
     def inventory(self) -> dict[str, int]:

@@ -638,13 +638,18 @@ def check_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, source: str =
             raise bad("vpp", "virtual pipeline stages need pipeline size > 1")
         if plan.num_microbatches % plan.pp:
             raise bad("vpp", f"interleaved 1F1B needs num_microbatches ({plan.num_microbatches}) divisible by pp")
-        thin = min(range(plan.pp), key=lambda i: plan.stages[i].num_layers)
-        if plan.stages[thin].num_layers < plan.vpp:
-            raise bad(
-                "vpp",
-                f"{plan.vpp} virtual chunks per stage, but stage {thin} holds only {plan.stages[thin].num_layers} "
-                "layer(s); every chunk needs at least one",
-            )
+        for i, s in enumerate(plan.stages):
+            # a chunk needs a layer, except the first rank's first chunk (the embedding alone, ``E|``) and the
+            # last rank's last chunk (the loss alone, ``|L``) -- unless MTP layers must share the loss chunk
+            edge = i == 0 or (i == plan.pp - 1 and "mtp" not in model.layer_kinds[s.layer_start : s.layer_end])
+            need = plan.vpp - 1 if edge else plan.vpp
+            if s.num_layers < need:
+                raise bad(
+                    "vpp",
+                    f"{plan.vpp} virtual chunks per stage, but stage {i} holds only {s.num_layers} layer(s); every "
+                    "chunk needs at least one (the first stage's first chunk may hold only the embedding, the last "
+                    "stage's last only the loss)",
+                )
     if plan.family == "megatron":
         first = plan.stages[0]
         for i, s in enumerate(plan.stages):

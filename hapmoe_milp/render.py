@@ -186,42 +186,40 @@ def best_mixes_table(best: list[dict[str, Any]], summary: Any) -> Table:
     return t
 
 
-def params_table(params: Any, title: str) -> Table:
+def fitted_terms_table(params: Any, title: str) -> Table:
     t = Table(title=title)
-    for col in ("term", "unit", "start", "fitted", "bounds", "at bound"):
+    for col in ("term", "device", "start", "fitted", "bounded by", "at bound"):
         t.add_column(col, justify="right" if col in ("start", "fitted") else "left")
     for p in params:
-        t.add_row(p.name, p.unit, f"{p.start:.4g}", f"{p.value:.4g}", f"[{p.lo:g}, {p.hi:g}]", p.at_bound or "")
+        for d in p.devices:
+            t.add_row(p.key, d, f"{p.start[d]:.4g}", f"{p.value[d]:.4g}", p.bounded_by, p.at_bound or "")
     return t
 
 
-def calibration_runs_table(before: Any, after: Any, loo: Any) -> Table:
+def calibration_runs_table(before: Any, after: Any, cv: Any) -> Table:
     t = Table(title="runs: step-time error (predicted - measured) / measured")
-    for col in ("run", "measured s", "before", "after", *(("leave-one-out",) if loo else ())):
+    for col in ("run", "measured s", "base table", "in-sample", *(("leave-one-run-out",) if cv else ())):
         t.add_column(col, justify="left" if col == "run" else "right")
     for i, (b, e) in enumerate(zip(before, after, strict=True)):
         row = [b.id, f"{b.measured_s:.4g}", f"{b.error:+.1%}", f"{e:+.1%}"]
-        if loo:
-            row.append(f"{loo[i]:+.1%}")
+        if cv:
+            row.append(f"{cv[i]:+.1%}")
         t.add_row(*row)
     return t
 
 
-def fidelity_table(results: Any) -> Table:
-    t = Table(title="predicted vs measured (s per iteration)")
-    for col in ("run", "devices", "measured", "predicted", "error", "fits", "memory error", "largest terms"):
-        t.add_column(col, justify="right" if col in ("measured", "predicted", "error", "memory error") else "left")
-    for r in results:
+def fidelity_table(ev: Any) -> Table:
+    t = Table(
+        title="predicted vs measured step time: error = (predicted - measured) / measured; * in-sample; "
+        "LOMO/LOSO/LORO = leave-one-model/source/run-out"
+    )
+    cols = list(ev.columns)
+    heads = {"uncalibrated": "uncalibrated", "planner": "planner", "run": "LORO", "model": "LOMO", "source": "LOSO"}
+    for col in ("run", "devices", "measured s", *(heads.get(c, c) for c in cols), "largest terms"):
+        t.add_column(col, justify="left" if col in ("run", "devices", "largest terms") else "right")
+    for i, r in enumerate(ev.results):
         top = sorted(((v, k) for k, v in r.breakdown.items() if v > 0), reverse=True)[:3]
         terms = ", ".join(f"{k} {v:.3g}" for v, k in top)
-        t.add_row(
-            r.id,
-            "+".join(r.devices),
-            f"{r.measured_s:.4g}",
-            f"{r.predicted_s:.4g}",
-            f"{r.error:+.1%}",
-            "yes" if r.fits else "no",
-            "-" if r.memory_error is None else f"{r.memory_error:+.1%}",
-            terms,
-        )
+        errs = [f"{ev.columns[c][i]:+.1%}" + ("*" if c == "planner" and ev.in_sample[i] else "") for c in cols]
+        t.add_row(r.id, "+".join(r.devices), f"{r.measured_s:.4g}", *errs, terms)
     return t

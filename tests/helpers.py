@@ -145,13 +145,17 @@ def lead_block(model) -> int | None:
 
 def interleavable(model, counts: list[int], v: int, m: int) -> bool:
     """The interleaved plans the DP searches (its docstrings state the rule): Megatron's ``P > 1`` and
-    ``M % P == 0``, a layer in every virtual chunk (the last rank also fits its MTP layers after ``v - 1``
-    decoder layers), and a layer sequence whose chunks price like the stage's contiguous range."""
+    ``M % P == 0``, a layer in every virtual chunk except that the first rank's first chunk may hold the
+    embedding alone and, without MTP, the last rank's last chunk the loss alone (Megatron's ``E|...|L``
+    layouts; with MTP the last rank fits its MTP layers after ``v - 1`` decoder layers), and a layer
+    sequence whose chunks price like the stage's contiguous range (a leading block in the first chunk)."""
     p = len(counts)
     lead = lead_block(model)
     mtp = sum(1 for k in model.layer_kinds if k == "mtp")
     if p < 2 or m % p or lead is None:
         return False
-    if any(c < v for c in counts) or counts[-1] < v + max(0, mtp - 1):
+    if any(c < v for c in counts[1:-1]) or counts[-1] < (v + mtp - 1 if mtp else v - 1):
         return False
-    return -(-counts[0] // v) >= lead
+    if lead:
+        return counts[0] >= v and -(-counts[0] // v) >= lead
+    return counts[0] >= v - 1

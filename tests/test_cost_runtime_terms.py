@@ -218,3 +218,86 @@ def test_interleaving_sends_every_micro_batch_across_each_boundary_once_per_chun
     one = cm.p2p("h100", plan.stages[0].cfg, 1, "h100", plan.stages[1].devices)
     assert [t.p2p_out for t in est.totals] == pytest.approx([vpp * one] * 3 + [0.0], rel=1e-12)
     assert all(t.tau == pytest.approx(t.fwd + t.bwd + 2 * t.p2p_out, rel=1e-12) for t in est.totals)
+
+
+# ------------------------------------------------------------------ FP8 recipes
+def test_fp8_gemm_pays_the_fixed_cost_of_a_bf16_gemm_of_equal_duration():
+    """The efficiency curve's fall at small sizes is a fixed time; an FP8 GEMM of F FLOPs takes as long as a
+    BF16 GEMM of F * peak_bf16 / peak_fp8 FLOPs, divided by fp8_gemm_scale (compute-bound shapes)."""
+    dev = with_rt(H100, fp8_gemm_scale=0.9)
+    ratio = dev.peak("bf16") / dev.peak("fp8")
+    for m in (2048, 8192, 65536):
+        t8 = gemm_time(dev, m, 4096, 4096, "fp8")
+        t16 = gemm_time(dev, m * ratio, 4096, 4096, "bf16")
+        assert t8 == pytest.approx(t16 / 0.9, rel=1e-9)
+
+
+@pytest.mark.parametrize("ep", [4, 16])
+def test_per_tensor_fp8_launches_one_more_kernel_per_expert_gemm_each_way_than_block_scaling(ep):
+    """Per-tensor scaling: amax + cast per routed-expert input (forward) and output gradient (backward);
+    block scaling: one fused cast. Dense layers and BF16 are untouched by the recipe."""
+    m = CAT.model("qwen3-30b-a3b")
+    cfg = ParallelConfig(tp=1, dp=ep, ep=ep, etp=1)
+    local = m.num_experts // ep
+    tw = layer_kernels(m, cfg, "moe", "flex", "fp8", "none", "tensorwise")
+    mx = layer_kernels(m, cfg, "moe", "flex", "fp8", "none", "mxfp8")
+    assert tw.fwd - mx.fwd == 2 * local and tw.bwd - mx.bwd == 2 * local
+    bf = [layer_kernels(m, cfg, "moe", "flex", "bf16", "none", r) for r in ("tensorwise", "mxfp8")]
+    assert bf[0] == bf[1]
+    d = CAT.model("llama-3-8b")
+    dense = [layer_kernels(d, ParallelConfig(), "dense", "alltoall", "fp8", "none", r) for r in ("tensorwise", "mxfp8")]
+    assert dense[0] == dense[1]
+
+
+def test_fp8_recipe_and_ep_overlap_are_estimate_knobs_that_change_moe_speed():
+    def step(**kw) -> float:
+        m, c = CAT.model("qwen3-30b-a3b"), CAT.cluster("16xh100")
+        from hapmoe_milp.cost.estimate import estimate
+        from hapmoe_milp.knobs import plan_from_knobs
+
+        st = Settings(seq_length=4096, global_batch_size=256, dispatcher="flex", **kw)
+        plan = plan_from_knobs(m, c, st, ep=16, etp=1)
+        return estimate(m, c, plan, st).iteration_time_s
+
+    assert step(precision="fp8", fp8_recipe="tensorwise") > step(precision="fp8", fp8_recipe="mxfp8")
+    assert step(overlap_ep_comm=True) < step(overlap_ep_comm=False)
+
+
+# ------------------------------------------------------------------ attention variants
+@pytest.mark.parametrize(("window", "freq"), [(128, 2), (512, 0), (1024, 3)])
+def test_sliding_window_layers_run_at_the_window_length_efficiency(window, freq):
+    """Windowed layers do the FLOPs of their window (ModelSpec.attention_keys_factor) at the efficiency the
+    device table gives a ``window``-token attention; full layers at the sequence's."""
+    seq, n = 8192, 12
+    m = replace(CAT.model("llama-2-7b"), num_layers=n, window_size=window, window_attn_skip_freq=freq)
+    st = Settings(seq_length=seq, global_batch_size=8)
+    cm = CostModel(m, CAT.cluster("8xh100"), st)
+    from hapmoe_milp.cost.attention import core_time
+
+    fwd, _ = core_time(m, H100, seq * cm._core_macs() * 2, seq)  # t = seq tokens, TP 1
+    full_flops = seq * cm._core_macs() * 2 * seq  # t = seq tokens, keys = S (causal halving in _core_macs)
+    n_full = n // freq if freq else 0
+    total_flops = full_flops * m.attention_keys_factor(seq)
+    win_flops = (total_flops * n - full_flops * n_full) / (n - n_full)
+    peak = H100.peak("bf16") * 1e12
+    eff = H100.attention_efficiency
+    want = (n_full * full_flops / eff(seq) + (n - n_full) * win_flops / eff(window)) / n / peak
+    assert fwd == pytest.approx(want, rel=1e-9)
+    assert eff(window) < eff(seq)  # the physics the test is about: short key loops run below long ones
+
+
+def test_stack_compute_scale_slows_layer_compute_but_not_the_kernels_micro_benchmarks_measure():
+    """The training stack's share of micro-benchmarked kernel speed divides a layer's compute (and nothing
+    else), while a GEMM priced alone -- what a micro-benchmark row checks -- is unchanged."""
+    m = CAT.model("llama-3-8b")
+    st = Settings(seq_length=4096, global_batch_size=8)
+    cfg = ParallelConfig(tp=2, dp=4)
+    c = CAT.cluster("8xh100")
+    from hapmoe_milp.calibration.fidelity import with_devices
+
+    slow = with_devices(c, {"h100": with_rt(H100, stack_compute_scale=0.8)})
+    a = CostModel(m, c, st).layer("h100", cfg, 1, "dense", "none")
+    b = CostModel(m, slow, st).layer("h100", cfg, 1, "dense", "none")
+    assert b.compute == pytest.approx(a.compute / 0.8, rel=1e-12)
+    assert b.tp == pytest.approx(a.tp, rel=1e-12) and b.host == pytest.approx(a.host, rel=1e-12)
+    assert gemm_time(with_rt(H100, stack_compute_scale=0.8), 4096, 4096, 4096) == gemm_time(H100, 4096, 4096, 4096)

@@ -553,3 +553,25 @@ def test_launch_script_passes_args_verbatim(tmp_path: Path) -> None:
     want = parse_megatron_args(megatron_args(plan, DSV3, C256))
     assert {k: got[k] for k in want} == want
     assert got["mock_data"] is True and got["vocab_size"] == DSV3.vocab_size - 1
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "blockwise", "mxfp8"])
+def test_fp8_plans_export_the_recipe_they_were_priced_with(recipe):
+    from hapmoe_milp.knobs import plan_from_knobs
+
+    cat = Catalog(use_calibrated=False)
+    m, c = cat.model("qwen3-30b-a3b"), cat.cluster("16xh100")
+    s = Settings(seq_length=4096, global_batch_size=256, precision="fp8", fp8_recipe=recipe)
+    plan = plan_from_knobs(m, c, s, ep=16, etp=1)
+    args = megatron_args(plan, m, c)
+    assert args[args.index("--fp8-recipe") + 1] == recipe
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "mxfp8"])
+def test_the_fp8_recipe_survives_the_plan_file(recipe, tmp_path):
+    from hapmoe_milp.knobs import plan_from_knobs
+
+    cat = Catalog(use_calibrated=False)
+    m, c = cat.model("qwen3-30b-a3b"), cat.cluster("16xh100")
+    plan = plan_from_knobs(m, c, Settings(precision="fp8", fp8_recipe=recipe), ep=16, etp=1)
+    assert load_plan(plan.write(tmp_path / "p.json")).settings().fp8_recipe == recipe

@@ -104,6 +104,8 @@ MEGATRON_PLANS: list[tuple[str, Plan, ModelSpec, ClusterSpec]] = [
         C16,
     ),
     ("mixtral-32-8stages", make_plan([3] * 8, ["h800"] * 4 + ["a100"] * 4, G4, MIX, C32, vpp=3), MIX, C32),
+    # first rank's first chunk the embedding alone, last rank's last chunk the loss alone (E|t|...|t|L)
+    ("mixtral-embedding-loss-chunks", make_plan([12, 12], ["h800", "a100"], G8, MIX, C16, vpp=13), MIX, C16),
     ("dsv3-mtp-layout", make_plan([5] + [4] * 13 + [3, 2], DS_TYPES, DS16, DSV3, C256), DSV3, C256),
     ("dsv3-mtp-vpp2", make_plan([5] + [4] * 13 + [3, 2], DS_TYPES, DS16, DSV3, C256, vpp=2), DSV3, C256),
     ("dsv3-mtp-last-flag", make_plan([4] * 15 + [2], DS_TYPES, DS16, DSV3, C256), DSV3, C256),

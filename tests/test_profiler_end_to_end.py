@@ -21,7 +21,7 @@ import yaml
 torch = pytest.importorskip("torch")
 
 from hapmoe_milp.config import ParallelConfig, Settings  # noqa: E402
-from hapmoe_milp.cost import model as cost_model_mod  # noqa: E402
+from hapmoe_milp.cost import attention as cost_attention_mod  # noqa: E402
 from hapmoe_milp.cost.estimate import estimate  # noqa: E402
 from hapmoe_milp.cost.model import CostModel  # noqa: E402
 from hapmoe_milp.cost.primitives import BUS_FACTOR  # noqa: E402
@@ -134,13 +134,13 @@ def test_attention_flops_are_counted_as_the_cost_model_counts_them(
     monkeypatch: pytest.MonkeyPatch, devices_dir: Path
 ) -> None:
     calls: list[tuple[float, int, bool]] = []
-    real = cost_model_mod.attention_time
+    real = cost_attention_mod.attention_time
 
     def spy(dev: Any, flops: float, seq: int, backward: bool) -> float:
         calls.append((flops, seq, backward))
         return real(dev, flops, seq, backward)
 
-    monkeypatch.setattr(cost_model_mod, "attention_time", spy)
+    monkeypatch.setattr(cost_attention_mod, "attention_time", spy)  # the attention core is priced there
     cluster = Catalog(devices_dirs=(devices_dir,)).cluster("4xcpu-test")
     S, b = 512, 2
     cm = CostModel(TINY, cluster, Settings(seq_length=S))

@@ -25,6 +25,7 @@ from hapmoe_milp.plan import Plan, Stage, check_plan
 from hapmoe_milp.search.dp import solve_dp
 from hapmoe_milp.search.dp_reference import solve_dp_reference
 from hapmoe_milp.space import Pruning
+from hapmoe_milp.specs import Catalog
 from tests.helpers import interleavable, tiny_cluster, tiny_model
 
 
@@ -139,7 +140,10 @@ VPP_CASES = [
 
 
 @pytest.fixture(scope="module")
-def vpp_results(catalog):
+def vpp_results():
+    """On the uncalibrated tables: which schedule wins in these tiny cases depends on fitted host and p2p
+    terms, which every refit of the calibrated tables moves; the search is what these tests check."""
+    catalog = Catalog(use_calibrated=False)
     out = []
     for pattern, mtp, spec, gbs in VPP_CASES:
         model = tiny_model(pattern, mtp=mtp)
@@ -169,7 +173,15 @@ def test_interleaved_plans_win_where_memory_allows(vpp_results):
         p = sol.plan
         if p.vpp > 1:
             assert p.pp > 1 and p.num_microbatches % p.pp == 0
-            assert min(p.layer_counts()) >= p.vpp
+            counts = p.layer_counts()
+            assert min(counts[1:-1], default=p.vpp) >= p.vpp and min(counts[0], counts[-1]) >= p.vpp - 1
+    # one of these optima puts the embedding and the loss in chunks of their own (E|t|t / t|t|L)
+    thin = [sol.plan for *_, sol in vpp_results if min(sol.plan.layer_counts()) < sol.plan.vpp]
+    assert thin
+    for p in thin:
+        model = next(m for m, _c, _s, sol in vpp_results if sol.plan is p)
+        rows = plan_chunks(p, model)
+        assert rows[0][0].total == 0 or rows[-1][-1].total == 0
 
 
 def test_interleaved_chunks_price_like_contiguous_stages(vpp_results, catalog):

@@ -65,7 +65,9 @@ def test_interleaved_plans_are_found_and_pass_the_validators(vpp_plans):
         assert p.family == "megatron"
         assert validate(p, m, c, "megatron") == []
         assert p.num_microbatches % p.pp == 0
-        assert min(p.layer_counts()) >= p.vpp
+        # a layer per chunk, except an embedding-only first chunk and a loss-only last chunk (E|...|L)
+        c = p.layer_counts()
+        assert min(c[1:-1], default=p.vpp) >= p.vpp and min(c[0], c[-1]) >= p.vpp - 1
 
 
 @pytest.mark.slow

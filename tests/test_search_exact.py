@@ -173,7 +173,10 @@ def test_vpp_cases_exercise_interleaving(vpp_agreement):
     assert any(m.mtp_num_layers for m, _p in inter)
     assert any(lead_block(m) for m, _p in inter)
     for _m, p in inter:
-        assert p.pp > 1 and p.num_microbatches % p.pp == 0 and min(p.layer_counts()) >= p.vpp
+        assert p.pp > 1 and p.num_microbatches % p.pp == 0
+        # a layer per chunk, except an embedding-only first chunk and a loss-only last chunk (E|...|L)
+        c = p.layer_counts()
+        assert min(c[1:-1], default=p.vpp) >= p.vpp and min(c[0], c[-1]) >= p.vpp - 1
 
 
 @settings(
@@ -258,8 +261,8 @@ def test_every_arc_prices_as_instance_evaluate(catalog, pattern, mtp, family, ma
     for sp in _subproblems(model, cluster, st_, family, max_vpp=max_vpp):
         inst = sp.inst
         v = inst.vpp
-        if v > 1:  # Megatron's depth rule: P > 1, M % P == 0, a layer per virtual stage
-            assert set(sp.depths) <= {p for p in range(2, sp.N // v + 1) if inst.num_microbatches % p == 0}
+        if v > 1:  # Megatron's depth rule: P > 1, M % P == 0, a layer per virtual stage (or the embedding/loss)
+            assert set(sp.depths) <= {p for p in range(2, (sp.N + 2) // v + 1) if inst.num_microbatches % p == 0}
         for P in sp.depths[:3]:
             for k in range(1, P + 1):
                 first = k == P
@@ -275,7 +278,12 @@ def test_every_arc_prices_as_instance_evaluate(catalog, pattern, mtp, family, ma
                 have = {(int(i), int(s), int(e)) for i, s, e in zip(arcs.opt, arcs.s, arcs.e)} | set(arcs.dominated_by)
                 for s, e in _slot_ranges(sp.N, k, first):
                     n = e - s
-                    rules = v == 1 or (n >= v and (k > 1 or n >= v + n_mtp - 1) and (not first or -(-n // v) >= lead))
+                    # a layer per chunk; the first chunk may hold only the embedding (unless a leading block
+                    # must sit there), the last only the loss (unless MTP layers must)
+                    lo = v - 1 if (first and not lead) or (k == 1 and not n_mtp) else v
+                    if k == 1 and n_mtp:
+                        lo = v + n_mtp - 1
+                    rules = v == 1 or (n >= lo and (not first or not lead or (n >= v and -(-n // v) >= lead)))
                     for i, o in enumerate(sp.options):
                         ev = inst.evaluate(o, s, e, from_end=k, first=first, pp=P)
                         want = rules and ev.memory <= o.capacity and (not first or o.cfg.dp == inst.first_dp)

@@ -958,7 +958,13 @@ def default_runtime(dev: Device) -> dict[str, A]:
             40.0,
             f"small-batch (128-token) EP8 dispatch latency 35 us (MORI, {MORI}) to 77 us (DeepEP low-latency, {DEEPEP})",
         ),
+        "stack_compute_scale": asm(
+            1.0, "assumed: the training stack reaches the micro-benchmarked kernel speed, until calibrated"
+        ),
         "ep_overlap": asm(0.5, "assumed: half of EP communication hidden when EP overlap is on, until calibrated"),
+        "flex_overlap": asm(
+            0.5, "assumed: the same half for the flex dispatcher (DeepEP / HybridEP), until calibrated"
+        ),
         "p2p_exposed": asm(1.0, "assumed: pipeline send/receive not hidden (1F1B waits on its batched p2p)"),
         "dp_overlap": asm(1.0, "assumed: gradient reduce-scatter hides behind the whole last backward"),
     }

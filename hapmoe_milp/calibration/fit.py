@@ -1,178 +1,228 @@
-"""Fit a device's runtime terms to measured runs: bounded, robust, regularised least squares.
+"""Fit runtime terms to measured runs: only the directions the runs inform, inside measured ranges.
 
-Residuals are log(predicted / measured) step times, so a run twice too slow and one twice too fast
-weigh the same and big and small runs count alike. Three choices keep the fit physical:
+Residuals are log(predicted / measured) step times, so a run twice too slow and one twice too fast weigh
+the same. Each run is weighted by ``1 / sqrt(runs of its model on its devices)``, so ten layouts of one
+model do not outvote one layout each of three others: the fit is for models it has not seen.
 
-- **bounds**: every parameter stays in its physical range (:data:`hapmoe_milp.specs.runtime.PARAMS`);
-  positive parameters are fitted in log space, fractions linearly, and a step that leaves the box is
-  projected back onto it;
-- **robust loss**: soft-L1 on the residuals (quadratic below ``f_scale``, linear above), so one odd run
-  (another software release, a different recipe) cannot drag every parameter;
-- **prior**: each parameter is pulled weakly toward the table it starts from (the datasheet/profiled
-  value), so parameters the runs say nothing about stay where the micro-benchmarks put them rather than
-  wandering inside their bounds; four runs can calibrate a table without pretending to determine fourteen
-  numbers.
+The steps, each of which a user can read in the report:
 
-The solver is a Levenberg-Marquardt on iteratively reweighted residuals with a forward-difference
-Jacobian (a handful of parameters, tens of runs: numpy is enough, no SciPy dependency).
+1. **terms** (:mod:`hapmoe_milp.calibration.terms`): kernel terms only where a micro-benchmark measures
+   them, inside that measurement's tolerance; stack terms shared by the devices of a software stack.
+2. **identifiability** (:mod:`hapmoe_milp.calibration.identify`): the sensitivity of every run to every
+   term, in units of the term's prior width; a pivoted Gram-Schmidt picks terms in order of the
+   *independent* information the runs carry about them, stops when that falls below
+   :data:`~hapmoe_milp.calibration.identify.INFORM_MIN`, and never takes more than one term per two runs.
+   The rest stay at their prior.
+3. **fit**: Levenberg-Marquardt on the chosen coordinates with a soft-L1 loss (one odd run cannot drag
+   every term), a weak prior toward the start, box bounds from step 1, and a line search that refuses any
+   step that would put a table outside a micro-benchmark row's tolerance (terms like FP8 GEMM efficiency
+   depend on two coordinates at once, so boxes alone cannot guarantee it).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from hapmoe_milp.calibration.fidelity import PreparedRun, predict
+from hapmoe_milp.calibration.microbench import Row, violations
+from hapmoe_milp.calibration.terms import Term, apply_terms
 from hapmoe_milp.errors import HapmoeError
 from hapmoe_milp.specs.device import DeviceSpec
-from hapmoe_milp.specs.runtime import PARAM_INFO, ParamInfo
 
-#: Parameters fitted when the caller does not choose: the terms end-to-end runs can see.
-DEFAULT_FIT = (
-    "launch_us",
-    "sync_us",
-    "gemm_scale",
-    "fp8_gemm_scale",
-    "grouped_rows_half",
-    "attention_scale",
-    "memory_efficiency",
-    "a2a_intra_GBps",
-    "a2a_inter_GBps",
-    "flex_intra_GBps",
-    "flex_inter_GBps",
-    "ep_overlap",
-    "p2p_exposed",
-    "dp_overlap",
-)
 F_SCALE = 0.05  # residual (log-ratio) where the soft-L1 loss turns linear: ~5% error
-#: Prior width in the fitted coordinate (log space for positive terms, so 0.2 is about +-20%) by where the
-#: starting value came from: a number read off a micro-benchmark is trusted more than an assumption.
-PRIOR_SIGMA = {"source": 0.2, "measured": 0.2, "derived": 0.5, "calibrated": 0.5, "assumed": 1.0}
-PRIOR_WEIGHT = 1.0  # prior strength, in units of one run off by F_SCALE
+PRIOR_WEIGHT = 1.0  # prior strength, in units of one run off by F_SCALE at one prior sigma
+
+
+def stack_of(pr: PreparedRun) -> str:
+    return pr.run.stack
 
 
 @dataclass(frozen=True)
-class FittedParam:
+class Problem:
+    """Runs to fit, the tables they start from, and the coordinates that may move."""
+
+    runs: tuple[PreparedRun, ...]
+    bases: Mapping[str, DeviceSpec]
+    terms: tuple[Term, ...]
+    rows: tuple[Row, ...] = ()
+    weights: tuple[float, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.weights:
+            n = Counter((r.model.name, r.devices) for r in self.runs)
+            object.__setattr__(self, "weights", tuple(1.0 / math.sqrt(n[(r.model.name, r.devices)]) for r in self.runs))
+
+    @property
+    def measured(self) -> np.ndarray:
+        return np.array([r.measured_s for r in self.runs])
+
+    def tables(self, z: Sequence[float], stack: str, *, whole_stack: bool = False) -> dict[str, DeviceSpec]:
+        return apply_terms(self.bases, self.terms, z, stack, whole_stack=whole_stack)
+
+    def predicted(self, z: Sequence[float]) -> np.ndarray:
+        cache: dict[str, dict[str, DeviceSpec]] = {}
+        out = []
+        for r in self.runs:
+            s = stack_of(r)
+            if s not in cache:
+                cache[s] = self.tables(z, s)
+            out.append(predict(r, cache[s]).predicted_s)
+        return np.array(out)
+
+    def residuals(self, z: Sequence[float]) -> np.ndarray:
+        return np.log(self.predicted(z) / self.measured)
+
+    def feasible(self, z: Sequence[float]) -> bool:
+        """Every table a term touches still reproduces its micro-benchmark rows within tolerance."""
+        if not self.rows:
+            return True
+        for s in {t.stack for t in self.terms}:
+            tabs = self.tables(z, s)
+            touched = {d for t, zi in zip(self.terms, z, strict=True) if t.stack == s and zi != 0 for d in t.devices}
+            if any(violations(tabs[d], self.rows) for d in touched):
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class FittedTerm:
+    key: str
     name: str
-    unit: str
-    start: float
-    value: float
+    devices: tuple[str, ...]
+    start: dict[str, float]
+    value: dict[str, float]
+    z: float
     lo: float
     hi: float
+    bounded_by: str
 
     @property
     def at_bound(self) -> str:
-        """ "lower"/"upper" when the fit ended on a bound (the runs push past the physical range)."""
-        span = _coord(self.hi, self.lo, self.hi) - _coord(self.lo, self.lo, self.hi)
-        if _coord(self.value, self.lo, self.hi) - _coord(self.lo, self.lo, self.hi) < 1e-3 * span:
+        """``lower``/``upper`` when the fit ended on a bound: the runs push past the measured range."""
+        span = self.hi - self.lo
+        if self.z - self.lo < 1e-3 * span:
             return "lower"
-        if _coord(self.hi, self.lo, self.hi) - _coord(self.value, self.lo, self.hi) < 1e-3 * span:
+        if self.hi - self.z < 1e-3 * span:
             return "upper"
         return ""
 
     def to_dict(self) -> dict[str, object]:
         return {
+            "term": self.key,
             "name": self.name,
-            "unit": self.unit,
+            "devices": list(self.devices),
             "start": self.start,
             "value": self.value,
-            "bounds": [self.lo, self.hi],
+            "bounded_by": self.bounded_by,
             "at_bound": self.at_bound or None,
         }
 
 
 @dataclass(frozen=True)
 class FitResult:
-    device: DeviceSpec  # the input table with the fitted runtime terms
-    params: tuple[FittedParam, ...]
+    problem: Problem
+    active: tuple[int, ...]  # indices into problem.terms that were fitted
+    z: tuple[float, ...]  # every coordinate (0 for those kept at their prior)
     errors: tuple[float, ...]  # per run, relative step-time error after the fit
     iterations: int
     converged: bool
 
+    def tables(self, stack: str, *, whole_stack: bool = False) -> dict[str, DeviceSpec]:
+        return self.problem.tables(self.z, stack, whole_stack=whole_stack)
 
-def _log_space(lo: float) -> bool:
-    return lo > 0
+    @property
+    def params(self) -> tuple[FittedTerm, ...]:
+        out = []
+        for i in self.active:
+            t, zi = self.problem.terms[i], self.z[i]
+            starts = {d: float(getattr(self.problem.bases[d].runtime, t.name)) for d in t.devices}
+            out.append(
+                FittedTerm(
+                    t.key,
+                    t.name,
+                    t.devices,
+                    starts,
+                    {d: t.value(s, zi) for d, s in starts.items()},
+                    zi,
+                    t.lo,
+                    t.hi,
+                    t.bounded_by,
+                )
+            )
+        return tuple(out)
 
 
-def _coord(v: float, lo: float, hi: float) -> float:
-    return math.log(v) if _log_space(lo) else v
+def _soft_l1(r: np.ndarray, w: np.ndarray, f: float) -> float:
+    return float((w * 2.0 * (np.sqrt(1.0 + (r / f) ** 2) - 1.0)).sum())
 
 
-def _value(c: float, lo: float, hi: float) -> float:
-    v = math.exp(c) if _log_space(lo) else float(c)
-    return float(min(hi, max(lo, v)))
-
-
-def _device_with(dev: DeviceSpec, names: Sequence[str], values: Sequence[float]) -> DeviceSpec:
-    return replace(dev, runtime=dev.runtime.with_values(dict(zip(names, values, strict=True))))
-
-
-def fit_device(
-    runs: Sequence[PreparedRun],
-    device: DeviceSpec,
-    names: Sequence[str] = DEFAULT_FIT,
+def fit(
+    problem: Problem,
+    active: Sequence[int],
     *,
-    max_iter: int = 60,
+    max_iter: int = 40,
     f_scale: float = F_SCALE,
     prior_weight: float = PRIOR_WEIGHT,
     progress: Callable[[int, float], None] | None = None,
 ) -> FitResult:
-    """Fit ``names`` of ``device.runtime`` so the runs' predicted step times match the measured ones."""
-    if not runs:
-        raise HapmoeError(f"no measured runs use device {device.id!r}; nothing to calibrate")
-    unknown = [n for n in names if n not in PARAM_INFO]
-    if unknown:
-        raise HapmoeError(f"unknown runtime parameter {unknown[0]!r}; known: {', '.join(PARAM_INFO)}")
-    infos: list[ParamInfo] = [PARAM_INFO[n] for n in names]
-    start = [float(getattr(device.runtime, n)) for n in names]
-    lo = np.array([_coord(p.lo, p.lo, p.hi) for p in infos])
-    hi = np.array([_coord(p.hi, p.lo, p.hi) for p in infos])
-    x0 = np.array([_coord(v, p.lo, p.hi) for v, p in zip(start, infos, strict=True)])
-    # the prior's width by the value's basis; linear (fraction) terms in units of their range
-    sigma = np.array(
-        [PRIOR_SIGMA[device.runtime_basis(p.name)] * (1.0 if _log_space(p.lo) else p.hi - p.lo) for p in infos]
-    )
-    measured = np.array([r.measured_s for r in runs])
+    """Fit the coordinates ``active`` (indices into ``problem.terms``); the others stay at 0 (the prior)."""
+    if not problem.runs:
+        raise HapmoeError("no measured runs to fit")
+    active = tuple(active)
+    terms = [problem.terms[i] for i in active]
+    lo = np.array([t.lo for t in terms])
+    hi = np.array([t.hi for t in terms])
+    sigma = np.array([t.sigma for t in terms])
+    w = np.array(problem.weights)
+    nz = len(problem.terms)
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        dev = _device_with(device, names, [_value(c, p.lo, p.hi) for c, p in zip(x, infos, strict=True)])
-        pred = np.array([predict(r, {device.id: dev}).predicted_s for r in runs])
-        return np.log(pred / measured)
+    def full(x: np.ndarray) -> list[float]:
+        z = [0.0] * nz
+        for i, xi in zip(active, x, strict=True):
+            z[i] = float(xi)
+        return z
 
     def total(r: np.ndarray, x: np.ndarray) -> float:
-        loss = 2.0 * (np.sqrt(1.0 + (r / f_scale) ** 2) - 1.0)
-        prior = prior_weight * ((x - x0) / sigma) ** 2
-        return float(loss.sum() + prior.sum())
+        return _soft_l1(r, w, f_scale) + prior_weight * float(((x / sigma) ** 2).sum())
 
-    x = x0.copy()
-    r = residuals(x)
+    x = np.zeros(len(active))
+    r = problem.residuals(full(x))
+    if not active:
+        return FitResult(problem, (), tuple(full(x)), tuple(float(math.expm1(v)) for v in r), 0, True)
     cost = total(r, x)
     lam = 1e-2
     it = 0
     converged = False
+    rel = 1.0
     for it in range(1, max_iter + 1):
-        # Jacobian by forward differences, stepping inward at an upper bound
         J = np.empty((len(r), len(x)))
         for j in range(len(x)):
-            h = 1e-4 * max(1.0, abs(x[j])) if _log_space(infos[j].lo) else 1e-4 * (hi[j] - lo[j])
+            h = 1e-3 * max(sigma[j], 1e-3)
             if x[j] + h > hi[j]:
                 h = -h
             xj = x.copy()
             xj[j] += h
-            J[:, j] = (residuals(xj) - r) / h
-        # IRLS weights of the soft-L1 loss, plus the prior as extra residuals
-        w = 1.0 / np.sqrt(1.0 + (r / f_scale) ** 2)
-        pw = prior_weight * f_scale**2 / sigma**2  # matches total(): loss ~ (r/f)^2 near zero
-        A = (J.T * w) @ J + np.diag(pw)
-        g = (J.T * w) @ r + pw * (x - x0)
+            J[:, j] = (problem.residuals(full(xj)) - r) / h
+        wi = w / np.sqrt(1.0 + (r / f_scale) ** 2)  # IRLS weights of the soft-L1 loss
+        pw = prior_weight * f_scale**2 / sigma**2
+        A = (J.T * wi) @ J + np.diag(pw)
+        g = (J.T * wi) @ r + pw * x
         improved = False
         while lam < 1e8:
             step = np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-12), -g)
             xn = np.clip(x + step, lo, hi)
-            rn = residuals(xn)
+            for _ in range(8):  # stay inside every micro-benchmark row's tolerance
+                if problem.feasible(full(xn)):
+                    break
+                xn = x + 0.5 * (xn - x)
+            else:
+                xn = x
+            rn = problem.residuals(full(xn))
             cn = total(rn, xn)
             if cn < cost:
                 improved = True
@@ -183,27 +233,7 @@ def fit_device(
             lam *= 4.0
         if progress is not None:
             progress(it, cost)
-        if not improved or rel < 1e-7:
+        if not improved or rel < 1e-6:
             converged = True
             break
-    values = [_value(c, p.lo, p.hi) for c, p in zip(x, infos, strict=True)]
-    fitted = tuple(FittedParam(p.name, p.unit, s, v, p.lo, p.hi) for p, s, v in zip(infos, start, values, strict=True))
-    return FitResult(
-        device=_device_with(device, names, values),
-        params=fitted,
-        errors=tuple(float(math.expm1(v)) for v in r),
-        iterations=it,
-        converged=converged,
-    )
-
-
-def leave_one_out(
-    runs: Sequence[PreparedRun], device: DeviceSpec, names: Sequence[str] = DEFAULT_FIT, **kw: object
-) -> list[float]:
-    """Each run's error when the table is fitted to the other runs only (its own error if it is alone)."""
-    out: list[float] = []
-    for i, held in enumerate(runs):
-        rest = [r for j, r in enumerate(runs) if j != i]
-        dev = fit_device(rest, device, names, **kw).device if rest else device  # type: ignore[arg-type]
-        out.append(predict(held, {device.id: dev}).error)
-    return out
+    return FitResult(problem, active, tuple(full(x)), tuple(float(math.expm1(v)) for v in r), it, converged)

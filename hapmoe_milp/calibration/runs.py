@@ -15,18 +15,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hapmoe_milp.config import DISPATCHERS
+from hapmoe_milp.config import DISPATCHERS, FP8_RECIPES
 from hapmoe_milp.errors import SpecError
 from hapmoe_milp.specs._fields import Fields, load_document
 
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp8")
+#: Software stack of runs that do not name one: a user's own runs share one stack unless they say otherwise.
+DEFAULT_STACK = "user"
 MEASURES = ("step_time_s", "tokens_per_s_per_device", "tokens_per_s")
 KNOBS = ("tp", "pp", "cp", "ep", "etp", "vpp")
 SETTING_BOOLS = ("overlap_ep_comm", "overlap_grad_reduce", "overlap_param_gather", "optimizer_offload")
 COLUMNS = (
     "id",
     "source",
+    "stack",
     "model",
     "cluster",
     *KNOBS,
@@ -36,6 +39,7 @@ COLUMNS = (
     "global_batch_size",
     "micro_batch_size",
     "precision",
+    "fp8_recipe",
     "dispatcher",
     *SETTING_BOOLS,
     *MEASURES,
@@ -69,6 +73,8 @@ class MeasuredRun:
     peak_memory_gib: float | None = None
     notes: str = ""
     origin: str = ""
+    stack: str = DEFAULT_STACK
+    fp8_recipe: str | None = None
 
     def step_time_s(self, world_size: int) -> float:
         """The measurement as seconds per iteration (tokens/s are converted with GBS x sequence)."""
@@ -89,6 +95,8 @@ class MeasuredRun:
         }
         if self.dispatcher is not None:
             kw["dispatcher"] = self.dispatcher
+        if self.fp8_recipe is not None:
+            kw["fp8_recipe"] = self.fp8_recipe
         return kw
 
 
@@ -133,6 +141,8 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
         peak_memory_gib=f.float_("peak_memory_gib", None),
         notes=f.str_("notes", ""),
         origin=f.source,
+        stack=f.str_("stack", DEFAULT_STACK),
+        fp8_recipe=f.choice("fp8_recipe", FP8_RECIPES) if f.has("fp8_recipe") else None,
     )
     f.reject_unknown()
     return run

@@ -2,22 +2,24 @@
 
 The file keeps the base table's schema (so it loads wherever a shipped or profiled table does), says
 ``provenance: calibrated``, and carries under ``calibration`` what it was fitted to: the runs with their
-sources, each run's residual before and after, the fitted parameters with their bounds (and whether a
-fit ended on one), and the leave-one-out error. Output is deterministic (no timestamps) and written
-atomically.
+sources, each run's error before and after, the terms fitted (with the micro-benchmark rows that bound
+them), the identifiability report, the cross-validated errors, and the table's own check against every
+applicable micro-benchmark row. ``scope`` says whose fit it is: ``public`` (the shipped fit to
+bench/calibration/runs.yaml) or ``user``. Output is deterministic (no timestamps) and written atomically.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from hapmoe_milp.calibration.fidelity import PreparedRun, RunResult
-from hapmoe_milp.calibration.fit import FitResult
+from hapmoe_milp.calibration.fit import FittedTerm
+from hapmoe_milp.calibration.microbench import Row, table_rows_report
 from hapmoe_milp.errors import HapmoeError
 from hapmoe_milp.fileio import write_text_atomic
 from hapmoe_milp.specs._fields import load_document
@@ -25,21 +27,33 @@ from hapmoe_milp.specs.device import DeviceSpec
 from hapmoe_milp.specs.runtime import PARAMS
 
 CALIBRATED_DIR = Path("clusters") / "devices-calibrated"
+SCOPES = ("public", "user")
+
+
+def _mape(errs: Sequence[float]) -> float:
+    return round(sum(abs(e) for e in errs) / len(errs), 4) if errs else 0.0
 
 
 def calibrated_document(
     base: DeviceSpec,
-    fit: FitResult,
+    fitted: DeviceSpec,
+    params: Sequence[FittedTerm],
     runs: Sequence[PreparedRun],
     before: Sequence[RunResult],
-    loo: Sequence[float] | None,
-    version: str,
+    after: Sequence[float],
+    *,
+    scope: str,
+    method: str,
+    identification: Mapping[str, Any] | None = None,
+    cross_validation: Mapping[str, Any] | None = None,
+    rows: Sequence[Row] = (),
+    version: str = "",
 ) -> dict[str, Any]:
     if not base.origin:
         raise HapmoeError(f"device {base.id!r} has no source file to calibrate from")
     doc = copy.deepcopy(load_document(base.origin))
     doc["provenance"] = "calibrated"
-    rt = fit.device.runtime.to_dict()
+    rt = fitted.runtime.to_dict()
     doc["runtime"] = {
         "note": "fitted by hapmoe-milp calibrate; see calibration",
         **{p.name: rt[p.name] for p in PARAMS},
@@ -49,33 +63,46 @@ def calibrated_document(
         if r.run.source not in sources:
             sources.append(r.run.source)
     doc["sources"] = sources
-    rows = []
-    for pr, b, err in zip(runs, before, fit.errors, strict=True):
-        rows.append(
+    doc.pop("calibration", None)
+    record: dict[str, Any] = {
+        "scope": scope,
+        "tool": f"hapmoe-milp {version} calibrate".replace("  ", " "),
+        "base": f"{Path(base.origin).name} ({base.provenance})",
+        "method": method,
+        "parameters": [
+            {
+                "name": p.name,
+                "term": p.key,
+                "start": p.start[base.id],
+                "value": p.value[base.id],
+                "bounded_by": p.bounded_by,
+                "at_bound": p.at_bound or None,
+            }
+            for p in params
+            if base.id in p.value
+        ],
+        "runs": [
             {
                 "id": pr.run.id,
                 "source": pr.run.source,
+                "stack": pr.run.stack,
                 "model": pr.model.name,
                 "cluster": pr.cluster.name,
                 "measured_step_s": round(pr.measured_s, 6),
                 "error_before": round(b.error, 4),
-                "error_after": round(err, 4),
+                "error_after": round(a, 4),
             }
-        )
-    record: dict[str, Any] = {
-        "tool": f"hapmoe-milp {version} calibrate",
-        "base": f"{base.origin} ({base.provenance})",
-        "method": "bounded soft-L1 least squares on log step-time ratios, weak prior toward the base table",
-        "parameters": [p.to_dict() for p in fit.params],
-        "runs": rows,
-        "mape_after": round(sum(abs(e) for e in fit.errors) / len(fit.errors), 4),
+            for pr, b, a in zip(runs, before, after, strict=True)
+        ],
+        "mape_before": _mape([b.error for b in before]),
+        "mape_after_in_sample": _mape(after),
     }
-    if loo is not None:
-        record["leave_one_out"] = {
-            "mape": round(sum(abs(e) for e in loo) / len(loo), 4),
-            "worst": round(max(abs(e) for e in loo), 4),
-            "errors": {pr.run.id: round(e, 4) for pr, e in zip(runs, loo, strict=True)},
-        }
+    if identification is not None:
+        record["identifiability"] = dict(identification)
+    if cross_validation is not None:
+        record["cross_validation"] = dict(cross_validation)
+    if rows:
+        record["micro_benchmarks"] = table_rows_report(fitted, rows)
     doc["calibration"] = record
     return doc
 

@@ -9,6 +9,7 @@ import typer
 
 from hapmoe_milp.cli.options import STATE, JsonOpt, flags
 from hapmoe_milp.cli.output import compute, emit_json
+from hapmoe_milp.errors import HapmoeError
 
 
 # ---------------------------------------------------------------------- profiler
@@ -79,62 +80,77 @@ def calibrate(
         typer.Option("--out", help="Folder for the calibrated table (default: clusters/devices-calibrated)."),
     ] = None,
     params: Annotated[
-        str | None, typer.Option("--params", help="Comma-separated runtime terms to fit (default: the usual set).")
+        str | None, typer.Option("--params", help="Comma-separated runtime terms to consider (default: all).")
     ] = None,
-    loo: Annotated[bool, typer.Option("--loo/--no-loo", help="Leave-one-out cross-validated error.")] = True,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Fit every identified term and write, even if cross-validation says worse."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Fit a device table's runtime terms to measured runs; write it as `calibrated`."""
+    """Fit a device table's identifiable runtime terms to measured runs; write it as `calibrated`."""
     from hapmoe_milp import __version__, render
-    from hapmoe_milp.calibration import DEFAULT_FIT
     from hapmoe_milp.calibration import calibrate as run_calibration
     from hapmoe_milp.fileio import check_output_dir
 
-    names = [n.strip() for n in params.split(",") if n.strip()] if params else list(DEFAULT_FIT)
+    names = [n.strip() for n in params.split(",") if n.strip()] if params else None
     cat = STATE.catalog
     target = check_output_dir(out or cat.calibrated_dir, "--out")
     with flags(), compute():
-        res = run_calibration(runs, device, catalog=cat, params=names, out=target, loo=loo, version=__version__)
+        res = run_calibration(runs, device, catalog=cat, params=names, out=target, force=force, version=__version__)
     if as_json:
         emit_json(res.to_dict())
         return
-    after = res.summary_after()
-    before = res.summary_before()
-    loo_s = res.summary_loo()
+    before, cv, cv0 = res.summary_before(), res.summary_cv(), res.summary_cv_uncalibrated()
+    for line in [*res.pooled.report(), *res.notes]:
+        typer.echo(line, err=True)
     con = render.console()
-    con.print(render.params_table(res.fit.params, f"{res.device}: fitted runtime terms"))
-    con.print(render.calibration_runs_table(res.before, res.fit.errors, res.loo))
-    line = (
-        f"MAPE before {before.mape:.1%} (worst {before.worst:.1%}) -> after {after.mape:.1%} (worst {after.worst:.1%})"
-    )
-    if loo_s is not None:
-        line += f" | leave-one-out {loo_s.mape:.1%} (worst {loo_s.worst:.1%}, {loo_s.worst_id})"
+    con.print(render.fitted_terms_table(res.fit.params, f"{res.device}: fitted runtime terms ({res.chosen})"))
+    con.print(render.calibration_runs_table(res.before, res.fit.errors, res.cv.get(res.chosen)))
+    base = f"{res.base.id} {res.base.provenance}" + (" (public fit)" if res.base.provenance == "calibrated" else "")
+    line = f"base table {base}: MAPE {before.mape:.1%} (worst {before.worst:.1%})"
+    if cv is not None and cv0 is not None:
+        line += f" | leave-one-run-out: base {cv0.mape:.1%}, calibrated {cv.mape:.1%} (worst {cv.worst:.1%})"
+    else:
+        line += " | one run: no cross-validation"
     typer.echo(line)
-    typer.echo(f"wrote {res.path}")
+    typer.echo(f"wrote {res.path}" if res.path else "nothing written")
 
 
 def fidelity(
     runs: RunsArg,
     device: Annotated[str | None, typer.Option("--device", help="Only the runs that use this device type.")] = None,
+    cross_validate: Annotated[
+        str | None,
+        typer.Option(
+            "--cross-validate",
+            help="Also predict each run from a fit to the others: run, model, source (comma list) or all.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Predicted vs measured step time per run, with the error and the cost breakdown."""
+    """Predicted vs measured step time per run; in-sample and cross-validated errors."""
     from hapmoe_milp import render
-    from hapmoe_milp.calibration import load_runs, predict, prepare, runs_for, runs_path, summarize
+    from hapmoe_milp.calibration import load_runs, prepare, runs_for, runs_path
+    from hapmoe_milp.calibration.report import LABELS, evaluate, parse_kinds
 
     cat = STATE.catalog
+    kinds = parse_kinds(cross_validate)
     with compute():
         prepared = [prepare(r, cat) for r in load_runs(runs_path(runs, cat.root))]
         if device is not None:
             prepared = runs_for(cat.device(device, "", "--device").id, prepared)
-        results = [predict(r) for r in prepared]
-    summary = summarize(results)
+        if not prepared:
+            raise HapmoeError("no run in the file uses that device", field="--device")
+        ev = evaluate(prepared, cat, kinds)
     if as_json:
-        emit_json({"runs": [r.to_dict() for r in results], "summary": summary.to_dict()})
+        emit_json(ev.to_dict())
         return
     con = render.console()
-    con.print(render.fidelity_table(results))
-    typer.echo(
-        f"{summary.runs} runs: MAPE {summary.mape:.1%}, worst {summary.worst:.1%} ({summary.worst_id}), "
-        f"mean error {summary.bias:+.1%}; same-model pairs ranked right {summary.pairs_agree}/{summary.pairs}"
-    )
+    con.print(render.fidelity_table(ev))
+    for col, s in ev.summaries().items():
+        label = LABELS[col] + (" (in-sample where marked *)" if col == "planner" and any(ev.in_sample) else "")
+        typer.echo(
+            f"{label}: {s.runs} runs, MAPE {s.mape:.1%}, worst {s.worst:.1%} ({s.worst_id}), "
+            f"mean {s.bias:+.1%}; same-model pairs ranked right {s.pairs_agree}/{s.pairs}"
+        )

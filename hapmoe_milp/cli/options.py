@@ -40,6 +40,8 @@ FLAGS: dict[str, str] = {
     "precision": "--precision",
     "imbalance": "--imbalance",
     "dispatcher": "--dispatcher",
+    "fp8_recipe": "--fp8-recipe",
+    "overlap_ep_comm": "--ep-overlap",
     "optimizer_offload": "--optimizer-offload",
     # one plan's layout (knobs.plan_from_knobs)
     "tp": "--tp",
@@ -177,6 +179,17 @@ ImbalanceOpt = Annotated[
 PrecisionOpt = Annotated[str | None, typer.Option("--precision", help="Compute precision: bf16 or fp8.")]
 DispatcherOpt = Annotated[
     str | None, typer.Option("--dispatcher", help="MoE token dispatcher: allgather, alltoall or flex.")
+]
+Fp8RecipeOpt = Annotated[
+    str | None,
+    typer.Option("--fp8-recipe", help="FP8 scaling recipe with --precision fp8: tensorwise, blockwise or mxfp8."),
+]
+EpOverlapOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--ep-overlap/--no-ep-overlap",
+        help="Overlap expert-parallel dispatch/combine with computation (--overlap-moe-expert-parallel-comm).",
+    ),
 ]
 FamilyOpt = Annotated[
     str,

@@ -13,7 +13,9 @@ from hapmoe_milp.cli.options import (
     STATE,
     ClusterOpt,
     DispatcherOpt,
+    EpOverlapOpt,
     FamilyOpt,
+    Fp8RecipeOpt,
     GbsOpt,
     ImbalanceOpt,
     JsonOpt,
@@ -73,7 +75,9 @@ def estimate(
     ] = None,
     imbalance: ImbalanceOpt = None,
     precision: PrecisionOpt = None,
+    fp8_recipe: Fp8RecipeOpt = None,
     dispatcher: DispatcherOpt = None,
+    ep_overlap: EpOverlapOpt = None,
     optimizer_offload: Annotated[
         str | None,
         typer.Option("--optimizer-offload", help="Optimizer states in host memory: on or off (default: the plan's)."),
@@ -96,6 +100,8 @@ def estimate(
         seq_length=seq,
         dispatcher=dispatcher,
         precision=precision,
+        fp8_recipe=fp8_recipe,
+        overlap_ep_comm=ep_overlap,
         imbalance=imbalance,
         optimizer_offload=offload,
     )
@@ -190,7 +196,9 @@ def solve(
     time_limit: TimeLimitOpt = None,
     imbalance: ImbalanceOpt = None,
     precision: PrecisionOpt = None,
+    fp8_recipe: Fp8RecipeOpt = None,
     dispatcher: DispatcherOpt = None,
+    ep_overlap: EpOverlapOpt = None,
     optimizer_offload: OffloadOpt = "auto",
     out: Annotated[
         Path | None, typer.Option("--out", help="Write plan.json here (with --export: the launch folder).")
@@ -247,6 +255,8 @@ def solve(
             micro_batch_size=mbs,
             imbalance=imbalance,
             precision=precision,
+            fp8_recipe=fp8_recipe,
+            overlap_ep_comm=ep_overlap,
             dispatcher=dispatcher,
         )
     assert sol.plan is not None

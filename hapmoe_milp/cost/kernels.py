@@ -24,7 +24,12 @@ Counted per forward (each is one kernel unless said otherwise):
 - sequence-parallel TP adds an all-gather and a reduce-scatter around each block (4); expert-TP adds an
   all-gather and a reduce-scatter of the routed tokens (2); each context-parallel ring step adds a send,
   a receive and an attention-output correction (3).
-- FP8 adds one quantisation kernel per GEMM input.
+- FP8 quantises each GEMM's activation input in the forward and its output gradient in the backward
+  (weights once per step: Transformer Engine caches their FP8 copy across the micro-batches of a step).
+  Dense GEMMs get one cast kernel each (their inputs come from norms and activations). Routed experts'
+  inputs arrive by permute and are quantised per expert: per-tensor scaling (tensorwise) launches
+  an amax reduction and a cast per tensor, block-scaled recipes (mxfp8, blockwise) one fused cast. The
+  router GEMM stays in BF16.
 - gated DeltaNet and Mamba mixers: ``cost.mixers`` (``GDN_KERNELS``, ``MAMBA2_KERNELS``, ``MAMBA1_KERNELS``);
   a hybrid model's one-sub-layer layers count only their sub-layer (and half the SP collectives).
 
@@ -57,6 +62,8 @@ CP_PER_STEP = 3
 BWD_PER_GEMM = 2.0
 BWD_PER_OTHER = 1.5
 MTP_EXTRA = (6, 2)  # 2h->h projection, its norms, logits GEMM, cross-entropy
+#: FP8 quantisation kernels per FP8 GEMM, forward (input) and backward (output gradient), by recipe
+FP8_QUANT_KERNELS = {"tensorwise": 2, "blockwise": 1, "mxfp8": 1}
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,13 @@ class LayerKernels:
 
 
 def layer_kernels(
-    m: ModelSpec, cfg: ParallelConfig, kind: LayerKind, dispatcher: str, precision: str, recompute: str
+    m: ModelSpec,
+    cfg: ParallelConfig,
+    kind: LayerKind,
+    dispatcher: str,
+    precision: str,
+    recompute: str,
+    fp8_recipe: str = "tensorwise",
 ) -> LayerKernels:
     mixer, mlp = m.kind_parts(kind)
     is_moe = mlp == "moe"
@@ -94,9 +107,15 @@ def layer_kernels(
         k += SP_COLLECTIVES * ((mixer is not None) + (mlp is not None)) // 2
     if cfg.cp > 1:
         k += CP_PER_STEP * (cfg.cp - 1)
-    if precision == "fp8":
-        k += g
     bwd = BWD_PER_GEMM * g + BWD_PER_OTHER * (k - g)
+    if precision == "fp8":
+        # dense GEMM inputs: one cast each, fused with its producer's gradient in the backward (as before);
+        # routed experts: the recipe's quantisation kernels per expert GEMM, forward and backward
+        expert = 2 * max(1, (m.num_experts or 1) // cfg.ep) if is_moe else 0
+        dense = g - expert - (MOE_FIXED[1] if is_moe else 0)  # the router GEMM stays BF16
+        quant = FP8_QUANT_KERNELS[fp8_recipe] * expert
+        k += dense + quant
+        bwd += BWD_PER_OTHER * dense + quant
     syncs_b = 0.0
     if recompute == "full":
         bwd += k

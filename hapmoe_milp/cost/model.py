@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from hapmoe_milp.config import ParallelConfig, Recompute, Settings
+from hapmoe_milp.cost.attention import core_time
 from hapmoe_milp.cost.kernels import layer_kernels
 from hapmoe_milp.cost.layer import ELEMENTWISE_PASSES_H, layer_comm, layer_compute  # noqa: F401 (re-exported)
 from hapmoe_milp.cost.mixers import mixer_cost, recomputed_activations
@@ -25,7 +26,6 @@ from hapmoe_milp.cost.primitives import (
     BF16,
     FP32,
     GIB,
-    attention_time,
     collective_time,
     dispatch_time,
     gemm_time,
@@ -155,7 +155,8 @@ class CostModel:
         # repeats the forward traffic.
         ep_exposed = 1.0
         if st.overlap_ep_comm and ep_f > 0:
-            hidden = dev.runtime.ep_overlap * min(2 * ep_f, f_comp + b_comp)
+            share = dev.runtime.flex_overlap if st.dispatcher == "flex" else dev.runtime.ep_overlap
+            hidden = share * min(2 * ep_f, f_comp + b_comp)
             ep_exposed = 1.0 - hidden / (2 * ep_f)
         ep_total = 2 * ep_f * ep_exposed
 
@@ -171,7 +172,7 @@ class CostModel:
         gpu_f = f_comp + tp_f + cp_f + (ep_total / 2)
         gpu_b = b_comp + tp_f + cp_b + (ep_total / 2) + rec
         # ---- host: kernels issued per micro-batch, and the dropless router's token-count sync
-        kern = layer_kernels(m, cfg, kind, st.dispatcher, prec, recompute)
+        kern = layer_kernels(m, cfg, kind, st.dispatcher, prec, recompute, st.fp8_recipe)
         host_f = host_overhead(kern.fwd, dev, kern.syncs_fwd)
         host_b = host_overhead(kern.bwd, dev, kern.syncs_bwd)
         fwd, bwd, host = gpu_f + host_f, gpu_b + host_b, host_f + host_b
@@ -260,9 +261,7 @@ class CostModel:
         if mixer == "attention":
             attn_lin = self._attention_gemms(dev, t, tp, prec)
             # causal: each query sees S/2 keys on average (fewer under a sliding window or in chunks)
-            core_flops_f = t * S * self._core_macs() * 2 / tp * m.attention_keys_factor(S)
-            core_f = attention_time(dev, core_flops_f, S, backward=False)
-            core_b = attention_time(dev, 2.5 * core_flops_f, S, backward=True)
+            core_f, core_b = core_time(m, dev, t * self._core_macs() * 2 / tp, S)
             return attn_lin + core_f, 2 * attn_lin + core_b, core_f, core_b
         if mixer in ("gdn", "mamba"):
             mc = mixer_cost(m, dev, mixer, t, tp, S, prec)
@@ -531,6 +530,7 @@ class CostModel:
         m, dev = self.model, self.device(did)
         t = b * self.settings.seq_length / cfg.cp
         head_f, head_b = self._head(dev, t, cfg.tp, self.settings.precision)
+        head_f, head_b = head_f / dev.runtime.stack_compute_scale, head_b / dev.runtime.stack_compute_scale
         tp_c = self.collective(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
         dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp + m.hidden_size * m.norm_params
         v_local = m.padded_vocab(cfg.tp) / cfg.tp

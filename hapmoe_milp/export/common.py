@@ -180,13 +180,19 @@ def split_evenly(n: int, parts: int) -> list[int]:
     return [q + 1 if i < r else q for i in range(parts)]
 
 
-def rank_chunks(layers: StageLayers, vpp: int) -> list[StageLayers]:
+def rank_chunks(layers: StageLayers, vpp: int, position: str = "middle") -> list[StageLayers]:
     """Split one pipeline rank's layers into its ``vpp`` model chunks, as evenly as possible.
 
     Decoder and MTP layers are counted alike (an MTP layer costs about one layer). MTP layers must sit in
     the rank's last chunk (Megatron's layout rule), so the last chunk is widened to hold them when the
-    even split gives it fewer.
+    even split gives it fewer. The first rank may hold one layer fewer than its chunks: its first chunk is
+    then the embedding alone (``E|`` in a layout); likewise the last rank's last chunk the loss alone (``|L``),
+    as Megatron's ``--account-for-embedding/loss-in-pipeline-split`` layouts do.
     """
+    if layers.total == vpp - 1 and vpp > 1 and not layers.mtp and position in ("first", "last"):
+        ones = [StageLayers(decoder=1, mtp=0)] * (vpp - 1)
+        empty = StageLayers(decoder=0, mtp=0)
+        return [empty, *ones] if position == "first" else [*ones, empty]
     sizes = split_evenly(layers.total, vpp)
     if layers.mtp and sizes[-1] < layers.mtp:
         sizes = [*split_evenly(layers.decoder, vpp - 1), layers.mtp] if vpp > 1 else [layers.total]
@@ -201,7 +207,9 @@ def rank_chunks(layers: StageLayers, vpp: int) -> list[StageLayers]:
 
 def plan_chunks(plan: Plan, model: ModelSpec) -> list[list[StageLayers]]:
     """``[pp_rank][vpp_chunk]`` layer counts: the canonical interleaving every exporter uses."""
-    return [rank_chunks(sl, max(1, plan.vpp)) for sl in stage_layers(plan, model)]
+    rows = stage_layers(plan, model)
+    pos = ["first" if i == 0 else "last" if i == len(rows) - 1 else "middle" for i in range(len(rows))]
+    return [rank_chunks(sl, max(1, plan.vpp), p) for sl, p in zip(rows, pos, strict=True)]
 
 
 # ---------------------------------------------------------------------- model helpers

@@ -178,7 +178,7 @@ def flagscale_config(
     system["overlap_param_gather"] = st.overlap_param_gather and st.distributed_optimizer and st.overlap_grad_reduce
     precision: dict[str, Any] = {"bf16": True}
     if plan.precision == "fp8":
-        precision.update({"fp8_format": "hybrid", "fp8_recipe": "tensorwise"})
+        precision.update({"fp8_format": "hybrid", "fp8_recipe": st.fp8_recipe})
     system["precision"] = precision
     rec = recompute_config(plan, model)
     if rec:

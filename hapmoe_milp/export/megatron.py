@@ -310,8 +310,9 @@ def megatron_args(plan: Plan, model: ModelSpec, cluster: ClusterSpec, settings: 
         a += ["--overlap-param-gather"]
     a += ["--bf16"]
     if plan.precision == "fp8":
-        # tensorwise scaling: delayed scaling rejects the layernorm/moe_act selective recompute we emit
-        a += ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
+        # the plan's recipe (tensorwise, blockwise or mxfp8; never delayed scaling, which rejects the
+        # layernorm/moe_act selective recompute we emit)
+        a += ["--fp8-format", "hybrid", "--fp8-recipe", st.fp8_recipe]
     return a
 
 

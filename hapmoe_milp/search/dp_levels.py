@@ -383,8 +383,12 @@ def _candidates(
     must_first = np.where(fixed_pp > 0, fixed_pp == k, batch.kmax[gi] == k)
     capped = (fixed_pp == 0) & (batch.kmax[gi] == k) & batch.capped[gi] & (e > n_lo)
     cnt.max_stages += int(capped.sum())
-    n_lo = np.where(must_first, np.maximum(n_lo, e), n_lo)
-    n_hi = np.where(fixed_pp > k, np.minimum(n_hi, e - (fixed_pp - k) * v), n_hi)
+    # (a stage that must be the first takes the first stage's own minimum, not a middle stage's)
+    n_lo = np.where(must_first, np.maximum(np.maximum(batch.lo[row], batch.lo_stage[gi, 2]), e), n_lo)
+    # (the stages before this one: middles need v layers each, the first stage its own minimum -- v - 1 when
+    # its first chunk may hold only the embedding)
+    before = (fixed_pp - k - 1) * v + batch.lo_stage[gi, 2]
+    n_hi = np.where(fixed_pp > k, np.minimum(n_hi, e - before), n_hi)
     # prefilters (exact checks follow): the stage's time alone must not lose, its memory must fit
     if math.isfinite(best.value):
         tcap = (best.value - alpha[gi] * lo_tot[X] - lo_smx[X]) / (alpha[gi] + beta[gi])

@@ -72,6 +72,15 @@ PARAMS: tuple[ParamInfo, ...] = (
         "same per-expert work (tile padding, load imbalance between SMs, per-group setup)",
     ),
     ParamInfo(
+        "stack_compute_scale",
+        "fraction",
+        0.5,
+        1.0,
+        "achieved / micro-benchmarked speed of the compute kernels under the training software stack (library "
+        "versions, unfused elementwise ops, heuristics for the model's shapes); 1 = as fast as the kernel "
+        "micro-benchmarks, which are the best the hardware reaches, so it never exceeds 1",
+    ),
+    ParamInfo(
         "attention_scale",
         "x",
         0.2,
@@ -131,6 +140,14 @@ PARAMS: tuple[ParamInfo, ...] = (
         "(--overlap-moe-expert-parallel-comm)",
     ),
     ParamInfo(
+        "flex_overlap",
+        "fraction",
+        0.0,
+        0.98,
+        "the same share for the flex dispatcher (DeepEP / HybridEP): its kernels use a few SMs and the NIC's "
+        "RDMA engine, so they contend less with the computation they hide behind than NCCL all-to-all does",
+    ),
+    ParamInfo(
         "p2p_exposed",
         "fraction",
         0.0,
@@ -164,6 +181,7 @@ class RuntimeParams:
     gemm_scale: float = 1.0
     fp8_gemm_scale: float = 0.9
     grouped_rows_half: float = 128.0
+    stack_compute_scale: float = 1.0
     attention_scale: float = 1.0
     memory_efficiency: float = 0.8
     a2a_intra_GBps: float = 150.0
@@ -172,6 +190,7 @@ class RuntimeParams:
     flex_inter_GBps: float = 45.0
     ep_latency_us: float = 30.0
     ep_overlap: float = 0.5
+    flex_overlap: float = 0.5
     p2p_exposed: float = 1.0
     dp_overlap: float = 1.0
 
