@@ -26,6 +26,8 @@ from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.deadline import Deadline
 from hapmoe_milp.errors import HapmoeError, InfeasibleError, SettingsError, SolverError
 from hapmoe_milp.plan import Plan, check_plan
+from hapmoe_milp.runtimes import ANY, AUTO, RUNTIMES, Runtime, searched_families, settings_problem
+from hapmoe_milp.runtimes import resolve as resolve_runtimes
 from hapmoe_milp.search.solution import Progress, Solution
 from hapmoe_milp.space import Pruning
 from hapmoe_milp.specs.catalog import Catalog
@@ -37,9 +39,6 @@ log = logging.getLogger(__name__)
 
 FAMILY_CHOICES = ("both", "megatron", "hetero")
 OFFLOAD_CHOICES = ("auto", True, False)
-# Export targets and the plan family each can run: upstream Megatron one mesh shape for every stage;
-# FlagScale's heterogeneous meshes (the hetero family is built to FlagScale's rules: no CP, no VPP, ...).
-TARGET_FAMILY = {"megatron": "megatron", "flagscale": "hetero"}
 # Seconds an infeasible solve may spend past its limit saying why (diagnose); part of the documented constant
 DIAGNOSE_MIN_S = 1.0
 # A cluster this large with the model's default global batch is checked for idle devices (see idle_warning)
@@ -83,19 +82,104 @@ def finalize(sol: Solution, model: ModelSpec, cluster: ClusterSpec, settings: Se
 
 
 def families_for(family: str, target: str | None) -> str:
-    """The family to search: ``family`` itself, narrowed to what an export ``target`` can run."""
+    """``family`` checked, and against what an export ``target`` (a runtime) runs."""
     check_choice("family", family, FAMILY_CHOICES)
     if target is None:
         return family
-    check_choice("export", target, tuple(TARGET_FAMILY))
-    need = TARGET_FAMILY[target]
-    if family not in ("both", need):
+    check_choice("export", target, tuple(RUNTIMES))
+    need = searched_families(RUNTIMES[target])
+    if family not in ("both", *need):
         raise SettingsError(
-            f"{target} runs {need}-family plans only, and --family asks for {family}; drop --family or change "
-            "the export target",
+            f"{target} runs {need[0]}-family plans only, and --family asks for {family}; drop --family or "
+            "change the export target",
             field="family",
         )
-    return need
+    return family
+
+
+def model_problem(rt: Runtime, model: ModelSpec | None) -> str | None:
+    """Why ``rt`` cannot build ``model`` at all (None when it can): a hybrid model where the runtime
+    builds GPT models only, or an architecture Megatron-Core lacks (every runtime here builds with it)."""
+    from hapmoe_milp.export.megatron_arch import megatron_gaps
+
+    if model is None:
+        return None
+    if model.is_hybrid and not rt.hybrid:
+        return f"{rt.title} builds GPT models only here, {model.name} is a hybrid (Mamba) model"
+    for gap in megatron_gaps(model):
+        if gap.blocking:
+            return f"{rt.title} builds models with Megatron-Core, which cannot build {model.name}: {gap.feature}"
+    return None
+
+
+def search_spaces(
+    runtime: str,
+    cluster: ClusterSpec,
+    settings: Settings,
+    family: str = "both",
+    export: str | None = None,
+    model: ModelSpec | None = None,
+) -> dict[str, Runtime | None]:
+    """Plan family -> the runtime whose rules its plans must meet, for a ``runtime`` choice.
+
+    ``auto``: every runtime that runs the cluster's vendor mix and these settings (FP8, dispatcher); a
+    runtime name: that one (an error when it cannot run the cluster or the settings); ``any``: both
+    families with no runtime (the what-if space). ``family`` and an ``export`` target narrow the choice;
+    exporting needs a runtime (``any`` names none)."""
+    check_choice("family", family, FAMILY_CHOICES)
+    flag = "runtime"
+    if export is not None:
+        check_choice("export", export, tuple(RUNTIMES))
+        if runtime == ANY:
+            raise SettingsError(
+                "the what-if space names no runtime that runs its plans, so there is nothing to export for; "
+                "drop --runtime any (or give --runtime " + export + ")",
+                field="runtime",
+            )
+        if runtime not in (AUTO, export):
+            raise SettingsError(f"is {runtime}, but --export asks for {export}; give one of them", field="runtime")
+        families_for(family, export)
+        runtime, flag = export, "export"
+    try:
+        found = resolve_runtimes(runtime, cluster)
+    except SettingsError as exc:
+        raise exc.at(field=flag) from None
+    fams = ["megatron", "hetero"] if family == "both" else [family]
+    if found is None:
+        return {f: None for f in fams}
+    out: dict[str, Runtime | None] = {}
+    why: list[str] = []
+    for rt in found:
+        problem = settings_problem(rt, cluster, settings.precision, settings.dispatcher) or model_problem(rt, model)
+        if problem is not None:
+            if runtime != AUTO:
+                raise SettingsError(problem, field=flag)
+            why.append(problem)
+            continue
+        for fam in searched_families(rt):  # single-vendor runtimes come first: they keep VPP and CP
+            if fam in fams and fam not in out:
+                out[fam] = rt
+    if not out:
+        names = ", ".join(r.name for r in found)
+        if why:
+            raise SettingsError(f"no runtime runs this search on cluster {cluster.name}: {'; '.join(why)}", field=flag)
+        runs = sorted({f for r in found for f in searched_families(r)})
+        raise SettingsError(
+            f"asks for {family}-family plans, and {names} (what runs cluster {cluster.name}) runs "
+            f"{' and '.join(runs)}-family plans; drop --family or use --runtime any",
+            field="family",
+        )
+    return out
+
+
+def runtime_label(plan: Plan | None) -> str:
+    """What a result says about who runs it."""
+    if plan is None or plan.runtime is None:
+        return "runtime not recorded"
+    if plan.runtime == ANY:
+        return "what-if space (--runtime any): no single runtime is known to run this plan"
+    rt = RUNTIMES[plan.runtime]
+    return f"runs on {rt.title} (rules checked at " + ", ".join(f"{r}@{c[:10]}" for r, c in rt.version.items()) + ")"
 
 
 def solve(
@@ -113,27 +197,35 @@ def solve(
     export: str | None = None,
     progress: Progress | None = None,
     fsdp_search: bool = False,
+    runtime: str = AUTO,
     **settings_kw: Any,
 ) -> Solution:
     """Search for the fastest plan; raise InfeasibleError (with the tightest constraint) if none fits.
 
+    ``runtime``: ``auto`` (every runtime that runs the cluster's vendor mix; the plan names the one
+    that runs it), a runtime name (``megatron``, ``rocm``, ``mindspeed``, ``flagscale``), or ``any``
+    (the what-if space: both families under Megatron's per-mesh rules, which no single runtime is known
+    to run). ``family`` narrows the plan families searched.
+
     ``fsdp_search=True`` also searches the megatron family under Megatron-FSDP with sharded parameters
     (``optim_grads_params``: every state sharded, parameters gathered per layer and micro-batch) and keeps
     whichever plan is faster -- the memory lever that trades communication for state instead of recompute.
+    Only where the megatron family's runtime is upstream Megatron-LM (or the what-if space).
 
     ``optimizer_offload="auto"`` first searches with optimizer states on the device and, only if nothing
     fits, again with them offloaded to host memory (as HAPMoE does for Mixtral-L on small clusters).
-    ``export`` (``megatron`` or ``flagscale``) restricts the search to plans that target runs.
+    ``export`` (a runtime name) restricts the search to plans that runtime runs.
     ``progress`` is called at coarse points (per instance / sub-model) with a ``ProgressEvent``.
     """
     check_choice("solver", solver, SOLVERS)
-    fam = families_for(family, export)
+    check_choice("family", family, FAMILY_CHOICES)
     if optimizer_offload not in OFFLOAD_CHOICES:
         raise SettingsError(f"must be auto, True or False, got {optimizer_offload!r}", field="optimizer_offload")
     limit = DEFAULT_TIME_LIMIT if time_limit is None else check_time_limit(time_limit)
     options = check_solver_options(solver_options or {})
     m, c = resolve(model, cluster, catalog)
     st = make_settings(m, settings, **settings_kw)
+    spaces = search_spaces(runtime, c, st, family, export, m)
     tries = [st]
     if optimizer_offload == "auto":
         if not st.optimizer_offload:
@@ -148,12 +240,13 @@ def solve(
         # one time limit for the whole solve: the optimizer-offload retry gets what the first try left
         left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
         opts = {**options, "cost_model": cm.for_settings(s)}
-        sol = _run_solver(m, c, s, solver, fam, pruning, left, opts, progress)
-        if fsdp_search and s.fsdp == "none" and not s.optimizer_offload and fam in ("both", "megatron"):
+        sol = _run_solver(m, c, s, solver, spaces, pruning, left, opts, progress)
+        fsdp_space = _fsdp_space(spaces)
+        if fsdp_search and fsdp_space and s.fsdp == "none" and not s.optimizer_offload:
             left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
             s_f = replace(s, fsdp="optim_grads_params")
             # FSDP changes more than the offload terms a shared cost model re-prices: its own cost model
-            alt = _run_solver(m, c, s_f, solver, "megatron", pruning, left, options, progress)
+            alt = _run_solver(m, c, s_f, solver, fsdp_space, pruning, left, options, progress)
             if alt.plan is not None and (sol.plan is None or alt.objective_s < sol.objective_s):
                 sol, s = alt, s_f
         last = sol
@@ -178,7 +271,11 @@ def solve(
         )
     # explaining infeasibility is bounded too: what is left of the limit, at least DIAGNOSE_MIN_S
     raise diagnose(
-        m, c, tries[-1], families(fam), Deadline.after(max(DIAGNOSE_MIN_S, limit - (time.perf_counter() - t0)))
+        m,
+        c,
+        tries[-1],
+        families(_family_arg(spaces)),
+        Deadline.after(max(DIAGNOSE_MIN_S, limit - (time.perf_counter() - t0))),
     )
 
 
@@ -247,12 +344,25 @@ def idle_warning(sol: Solution, cluster: ClusterSpec) -> str | None:
     )
 
 
+def _fsdp_space(spaces: dict[str, Runtime | None]) -> dict[str, Runtime | None]:
+    """The megatron family's space when its runtime runs Megatron-FSDP (upstream Megatron-LM, whose
+    ``--use-megatron-fsdp`` our export writes, or the what-if space); empty otherwise."""
+    if "megatron" not in spaces:
+        return {}
+    rt = spaces["megatron"]
+    return {"megatron": rt} if rt is None or rt.name == "megatron" else {}
+
+
+def _family_arg(spaces: dict[str, Runtime | None]) -> str:
+    return "both" if len(spaces) > 1 else next(iter(spaces))
+
+
 def _run_solver(
     m: ModelSpec,
     c: ClusterSpec,
     st: Settings,
     solver: str,
-    family: str,
+    spaces: dict[str, Runtime | None],
     pruning: Pruning | None,
     time_limit: float | None,
     options: dict[str, Any],
@@ -260,10 +370,19 @@ def _run_solver(
 ) -> Solution:
     from hapmoe_milp.search.dp import solve_dp
 
+    family = _family_arg(spaces)
     if solver == "dp":
         cm = options.get("cost_model")
         return solve_dp(
-            m, c, st, family=family, pruning=pruning, time_limit=time_limit, progress=progress, cost_model=cm
+            m,
+            c,
+            st,
+            family=family,
+            pruning=pruning,
+            time_limit=time_limit,
+            progress=progress,
+            cost_model=cm,
+            runtimes=spaces,
         )
     if solver in EXACT_SOLVERS:
         try:
@@ -279,6 +398,7 @@ def _run_solver(
             pruning=pruning,
             time_limit=time_limit,
             progress=progress,
+            runtimes=spaces,
             **options,
         )
     raise SolverError(f"unknown solver {solver!r}")
@@ -310,6 +430,8 @@ __all__ = [
     "idle_warning",
     "make_settings",
     "resolve",
+    "runtime_label",
+    "search_spaces",
     "solve",
     "timeout_hint",
 ]

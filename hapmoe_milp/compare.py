@@ -381,10 +381,96 @@ def format_markdown(report: dict[str, Any]) -> str:
 __all__ = [
     "DP_EXACT_MAX_WORK",
     "SOLVERS",
+    "compare_runtimes",
     "compare_solvers",
     "dp_exact_work",
     "format_markdown",
+    "format_runtimes_markdown",
     "nothing_found",
     "plan_diff",
     "without_plan",
 ]
+
+
+# ---------------------------------------------------------------------- runtimes side by side
+def compare_runtimes(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    settings: Settings,
+    *,
+    solver: str = "dp",
+    time_limit: float | None = None,
+    optimizer_offload: bool | str = "auto",
+) -> dict[str, Any]:
+    """The best plan per runtime that runs the cluster's vendor mix, and the what-if space (``any``) next
+    to them: what each runtime's limits (no VPP with per-stage meshes, CP 1, ...) cost on this cluster.
+
+    Each row is one search (``api.solve`` with ``runtime=``); a runtime with no plan says why."""
+    from hapmoe_milp.api import solve
+    from hapmoe_milp.errors import HapmoeError
+    from hapmoe_milp.runtimes import ANY, runtimes_for
+
+    rows: list[dict[str, Any]] = []
+    for name in [r.name for r in runtimes_for(cluster)] + [ANY]:
+        row: dict[str, Any] = {"runtime": name}
+        try:
+            sol = solve(
+                model,
+                cluster,
+                solver,
+                settings=settings,
+                runtime=name,
+                time_limit=time_limit,
+                optimizer_offload=optimizer_offload,
+            )
+        except HapmoeError as exc:
+            row.update({"status": "no plan", "why": exc.detail})
+            rows.append(row)
+            continue
+        plan = sol.plan
+        assert plan is not None
+        pred = plan.predicted
+        row.update(
+            {
+                "status": sol.status,
+                "family": plan.family,
+                "pp": plan.pp,
+                "vpp": plan.vpp,
+                "iteration_time_s": sol.objective_s,
+                "tokens_per_s": pred.get("tokens_per_s"),
+                "mfu": pred.get("mfu"),
+                "stages": [s.label() for s in plan.stages],
+            }
+        )
+        rows.append(row)
+    best_any = next((r.get("iteration_time_s") for r in rows if r["runtime"] == ANY), None)
+    for r in rows:
+        t = r.get("iteration_time_s")
+        r["vs_any"] = t / best_any if t and best_any else None
+    runnable = [r for r in rows if r["runtime"] != ANY and r.get("iteration_time_s")]
+    fastest = min(runnable, key=lambda r: r["iteration_time_s"])["runtime"] if runnable else None
+    return {"model": model.name, "cluster": cluster.name, "solver": solver, "rows": rows, "fastest_runnable": fastest}
+
+
+def format_runtimes_markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"# {report['model']} on {report['cluster']}: best plan per runtime ({report['solver']})",
+        "",
+        "| runtime | family | PP | VPP | iteration s | tokens/s | MFU | vs any | status |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in report["rows"]:
+        if r.get("iteration_time_s") is None:
+            lines.append(f"| {r['runtime']} | | | | | | | | no plan: {r.get('why', '')} |")
+            continue
+        mfu = f"{100 * r['mfu']:.1f}%" if isinstance(r.get("mfu"), float) else ""
+        tps = f"{r['tokens_per_s']:,.0f}" if isinstance(r.get("tokens_per_s"), (int, float)) else ""
+        vs = f"{r['vs_any']:.3f}" if r.get("vs_any") else ""
+        lines.append(
+            f"| {r['runtime']} | {r['family']} | {r['pp']} | {r['vpp']} | {r['iteration_time_s']:.4f} | {tps} | "
+            f"{mfu} | {vs} | {r['status']} |"
+        )
+    lines += ["", "`any` is the what-if space: no single runtime is known to run its plan."]
+    if report.get("fastest_runnable"):
+        lines.append(f"Fastest runnable: {report['fastest_runnable']} (what `--runtime auto` returns).")
+    return "\n".join(lines) + "\n"

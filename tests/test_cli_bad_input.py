@@ -33,13 +33,13 @@ from hapmoe_milp.specs import Catalog
 CAT = Catalog()
 ROOT = CAT.root
 MIX = CAT.model("mixtral-s")
-C16 = CAT.cluster("16-1")
+C16 = CAT.cluster("8xh800+8xa100")  # two NVIDIA types: a plan upstream Megatron-LM runs
 G4 = ParallelConfig(tp=2, dp=2, ep=4)
 GOOD_PLAN = Plan.from_settings(
     MIX,
     C16,
     "megatron",
-    (Stage("h800", G4, 0, 8), Stage("h800", G4, 8, 15), Stage("910b", G4, 15, 20), Stage("910b", G4, 20, 24)),
+    (Stage("h800", G4, 0, 8), Stage("h800", G4, 8, 15), Stage("a100", G4, 15, 20), Stage("a100", G4, 20, 24)),
     Settings(seq_length=4096, global_batch_size=256, micro_batch_size=1, dispatcher="allgather"),
 )
 GOOD_PLAN_DOC = json.loads(GOOD_PLAN.to_json())
@@ -141,7 +141,7 @@ for flag, bad in (
     ("--family", ["both2", "Megatron", ""]),
     ("--solver", ["gurobi", "DP", ""]),
     ("--optimizer-offload", ["yes", "1", ""]),
-    ("--export", ["mindspeed", ""]),
+    ("--export", ["deepspeed", ""]),
 ):
     for v in bad:
         args = [*SOLVE, flag, v] + (["--out", "launch"] if flag == "--export" else [])
@@ -178,7 +178,10 @@ FLAG_CASES += [
     (["solve", "-m", "mixtral-s"], "--cluster"),
     ([*SOLVE, "--export", "megatron"], "--out"),
     ([*SOLVE, "--export", "megatron", "--family", "hetero", "--out", "x"], "--family"),
-    ([*SOLVE, "--export", "flagscale", "--family", "megatron", "--out", "x"], "--family"),
+    (
+        ["solve", "-m", "mixtral-s", "-c", "16-2-h", "--export", "mindspeed", "--family", "hetero", "--out", "x"],
+        "--family",
+    ),
     ([*SOLVE, "--out", "no/such/folder/plan.json"], "--out"),
     ([*SOLVE, "--out", "."], "--out"),
     ([*SOLVE, "--plot", "no/such/plot.png"], "--plot"),
@@ -217,7 +220,9 @@ FLAG_CASES += [
     (["clusters", "8xh800+"], "NAME"),
     (["devices", "nope"], "unknown device"),
     (["validate", "missing.json"], "missing.json"),
-    (["validate", "missing.json", "--target", "mindspeed"], "--target"),
+    (["validate", "missing.json", "--target", "deepspeed"], "--target"),
+    ([*SOLVE, "--export", "mindspeed", "--out", "x"], "--export"),  # 16-1 is not Ascend-only
+    ([*SOLVE, "--runtime", "megatron"], "--runtime"),  # nor NVIDIA-only
     (["export", "missing.json", "--target", "megatron", "--out", "o"], "missing.json"),
     (["export", "missing.json", "--target", "tpu", "--out", "o"], "--target"),
     (["profile", "--device-name", "bad name", "--out", "p"], "--device-name"),
@@ -247,7 +252,7 @@ USAGE_CASES: list[tuple[list[str], str]] = [
     (["frobnicate"], "frobnicate"),
     (["solve", "--bogus"], "--bogus"),
     (["estimate", "--tp"], "--tp"),
-    (["export", "plan.json"], "--target"),
+    (["export", "plan.json", "--out", "x", "--target", "deepspeed"], "--target"),
     (["export", "plan.json", "--target", "megatron"], "--out"),
     (["sweep", "--out", "r.jsonl"], "--model"),
     (["profile", "--out", "x"], "--device-name"),
@@ -672,7 +677,7 @@ PLAN_CASES: list[tuple[str, Any, str]] = [
     ("stages[1].layers", [9, 15], "stages[1].layers"),
     ("stages[3].layers", [20, 23], "stages"),
     ("stages[0].recompute", "some", "stages[0].recompute"),
-    ("stages[0].device", "a100", "stages[0].device"),
+    ("stages[0].device", "v100", "stages[0].device"),
     ("stages[0].device", "h800\n$(reboot)", "stages[0].device"),
     ("stages[0].device", "h800; rm -rf ~", "stages[0].device"),
     ("stages[0].extra", 1, "stages[0].extra"),
@@ -743,7 +748,7 @@ def test_bad_raw_plan_files(text: str, words: str, tmp_path: Path, capsys: Any) 
 def test_plan_flags_that_disagree(tmp_path: Path, capsys: Any) -> None:
     f = write(tmp_path, "plan.json", GOOD_PLAN_DOC)
     run_bad(["estimate", "--plan", str(f), "-m", "mixtral-l"], tmp_path, capsys, "--model", "mixtral-s")
-    run_bad(["estimate", "--plan", str(f), "-c", "16-2"], tmp_path, capsys, "--cluster", "16-1")
+    run_bad(["estimate", "--plan", str(f), "-c", "16-2"], tmp_path, capsys, "--cluster", "8xh800+8xa100")
     run_bad(["estimate", "--plan", str(f), "--tp", "2"], tmp_path, capsys, "--tp", "--plan")
     run_bad(["estimate", "--plan", str(f), "--gbs", "0"], tmp_path, capsys, "--gbs")
     run_bad(["export", str(f), "--target", "megatron", "--out", str(f)], tmp_path, capsys, "--out")

@@ -42,7 +42,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     # inputs and the plan vocabulary
     "specs": FOUNDATION,
     "runtimes": FOUNDATION | {"specs"},  # design §2: what each runtime runs, read by space, validate, export
-    "plan": FOUNDATION | {"specs"},
+    "plan": FOUNDATION | {"specs", "runtimes"},  # a plan file records its runtime and the commits checked
     # cost -> space/instance -> search
     "cost": MODEL,
     "space": PRICED | {"runtimes"},
@@ -51,10 +51,12 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "presets": FOUNDATION | {"specs", "space"},  # solver presets name pruning switches
     # one plan from flags, and what runs it
     "knobs": MODEL | {"layout"},
-    "export": PRICED | {"layout", "runtimes"},
+    "export": PRICED | {"layout", "runtimes", "space"},  # validate reads the space's rules between stages
     # reports and studies built on the search
-    "compare": SEARCHED,
-    "api": SEARCHED,  # the Python facade front ends call; no library module below it imports it
+    "compare": SEARCHED | {"api", "runtimes"},  # compare --runtimes: one api.solve per runtime
+    # the Python facade front ends call; no library module below it imports it. It resolves runtimes and
+    # asks export which architectures Megatron-Core cannot build (export/megatron_arch.py)
+    "api": SEARCHED | {"runtimes", "export"},
     "baselines": SEARCHED | {"api"},  # our planner next to theirs: it calls api.solve like a user would
     "calibration": PRICED | {"knobs"},  # measured runs -> plans (knobs) -> predictions (cost), never the facade
     "plot": PRICED,

@@ -64,6 +64,7 @@ FLAGS: dict[str, str] = {
     "family": "--family",
     "solver": "--solver",
     "export": "--export",
+    "runtime": "--runtime",
     "target": "--target",
     "out_dir": "--out",
     "model": "--model",
@@ -227,7 +228,20 @@ DropoutOpt = Annotated[bool | None, typer.Option("--dropout/--no-dropout", help=
 HeadroomOpt = Annotated[
     float | None, typer.Option("--memory-headroom", help="Share of device memory kept free (default 0.0).")
 ]
-TargetOpt = Annotated[str, typer.Option("--target", help="Framework: megatron (Megatron-LM) or flagscale.")]
+TargetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--target", help="Runtime: megatron, rocm, mindspeed or flagscale (default: the runtime the plan names)."
+    ),
+]
+RuntimeOpt = Annotated[
+    str,
+    typer.Option(
+        "--runtime",
+        help="auto (every runtime that runs the cluster's vendors; the plan names its own), megatron, rocm, "
+        "mindspeed, flagscale, or any (the what-if space: plans no single runtime is known to run).",
+    ),
+]
 
 
 def settings_kw(**kw: Any) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from hapmoe_milp.cli.options import (
     PlanClusterOpt,
     PlanModelOpt,
     PrecisionOpt,
+    RuntimeOpt,
     SeqOpt,
     StateDtypeOpt,
     TargetOpt,
@@ -234,8 +235,12 @@ def solve(
     ] = None,
     export: Annotated[
         str | None,
-        typer.Option("--export", help="megatron or flagscale: search only plans it runs, write launch files."),
+        typer.Option(
+            "--export",
+            help="megatron, rocm, mindspeed or flagscale: search only plans it runs, write its launch files.",
+        ),
     ] = None,
+    runtime: RuntimeOpt = "auto",
     plot: Annotated[Path | None, typer.Option("--plot", help="PNG of the simulated 1F1B schedule.")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="Bottleneck, breakdown and runner-up.")] = False,
     fsdp_search: Annotated[
@@ -247,12 +252,17 @@ def solve(
     from hapmoe_milp.api import families_for, timeout_hint
     from hapmoe_milp.api import solve as api_solve
     from hapmoe_milp.config import SOLVERS, check_choice, check_time_limit, offload_choice
+    from hapmoe_milp.export.common import TARGETS
+    from hapmoe_milp.runtimes import RUNTIME_CHOICES
 
     # everything that can be wrong is checked before the search starts
     with flags():
         if solver is not None:
             check_choice("solver", solver, SOLVERS)
-        fam = families_for(family, export)
+        check_choice("runtime", runtime, RUNTIME_CHOICES)
+        if export is not None:
+            check_choice("export", export, TARGETS)
+        families_for(family, export)
         offload = offload_choice(optimizer_offload)
         limit = check_time_limit(time_limit) if time_limit is not None else None
     m = catalog_model(require(model, "--model", "to solve"))
@@ -264,7 +274,9 @@ def solve(
             m,
             c,
             chosen,
-            family=fam,
+            family=family,
+            runtime=runtime,
+            export=export,
             pruning=preset.pruning if preset else None,
             time_limit=limit,
             optimizer_offload=offload,
@@ -340,19 +352,23 @@ def _write_outputs(plan: Any, m: Any, c: Any, out: Path | None, export: str | No
 def _show_solution(sol: Any, title: str, explain: bool, as_json: bool) -> None:
     from hapmoe_milp import render
     from hapmoe_milp.api import explain as explain_solution
+    from hapmoe_milp.api import runtime_label
 
     pred = sol.plan.predicted
     if as_json:
+        note(runtime_label(sol.plan))
         payload = {"plan": sol.plan.to_dict(), "predicted": pred, "solver": sol.certificate()}
         if explain:
             payload["explain"] = explain_solution(sol)
         emit_json(payload)
         return
     con = render.console()
-    con.print(render.stages_table(pred["stages"], title=f"{title} — {sol.plan.family} family, pp={sol.plan.pp}"))
+    title = f"{title} — {sol.plan.family} family, pp={sol.plan.pp}, runtime {sol.plan.runtime}"
+    con.print(render.stages_table(pred["stages"], title=title))
     con.print(render.STAGES_LEGEND, style="dim")
     con.print(render.summary_line(pred))
     con.print(render.solver_line(sol))
+    con.print(runtime_label(sol.plan))
     if explain:
         ex = explain_solution(sol)
         con.print(render.breakdown_table(pred["breakdown"]))
@@ -363,20 +379,38 @@ def _show_solution(sol: Any, title: str, explain: bool, as_json: bool) -> None:
 
 
 # ---------------------------------------------------------------------- export / validate
+def _plan_target(target: str | None, plan: Any, default: str | None = None) -> str:
+    """The runtime to validate/export for: the flag, else the one the plan was searched for, else
+    ``default`` (validate's: megatron, for plan files written before plans named their runtime)."""
+    from hapmoe_milp.config import check_choice
+    from hapmoe_milp.export.common import TARGETS
+
+    if target is None:
+        if plan.runtime in TARGETS:
+            return str(plan.runtime)
+        if default is not None and plan.runtime is None:
+            return default
+        why = "was searched in the what-if space" if plan.runtime == "any" else "names no runtime"
+        raise SettingsError(f"is needed: the plan {why}; give one of {', '.join(TARGETS)}", field="--target")
+    with flags():
+        check_choice("target", target, TARGETS)
+    return target
+
+
 def validate(
     plan: Annotated[Path, typer.Argument(help="plan.json")],
-    target: TargetOpt = "megatron",
+    target: TargetOpt = None,
     model: PlanModelOpt = None,
     cluster: PlanClusterOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check a plan against our invariants and the target framework's rules (one named rule per line)."""
-    from hapmoe_milp.config import check_choice
+    """Check a plan against our invariants and the runtime's rules (one named rule per line)."""
     from hapmoe_milp.export.validate import validate as run_validate
 
-    with flags():
-        check_choice("target", target, ("megatron", "flagscale"))
+    if target is not None:
+        _plan_target(target, None)
     p, m, c = plan_with_specs(plan, model, cluster)
+    target = _plan_target(target, p, default="megatron")
     found = run_validate(p, m, c, target)  # type: ignore[arg-type]
     errors = [v for v in found if v.severity == "error"]
     if as_json:
@@ -392,20 +426,20 @@ def validate(
 
 def export_cmd(
     plan: Annotated[Path, typer.Argument(help="plan.json")],
-    target: Annotated[str, typer.Option("--target", help="Framework: megatron (Megatron-LM) or flagscale.")],
     out: Annotated[Path, typer.Option("--out", help="Output folder (created if missing).")],
+    target: TargetOpt = None,
     model: PlanModelOpt = None,
     cluster: PlanClusterOpt = None,
 ) -> None:
-    """Write launch files: plan.json, megatron_args.txt or flagscale.yaml, hostfile, launch scripts."""
-    from hapmoe_milp.config import check_choice
+    """Write launch files: plan.json, the runtime's arguments or config, hostfile, launch scripts."""
     from hapmoe_milp.export import export_plan
     from hapmoe_milp.fileio import check_output_dir
 
-    with flags():
-        check_choice("target", target, ("megatron", "flagscale"))
+    if target is not None:
+        _plan_target(target, None)
     check_output_dir(out, "--out")
     p, m, c = plan_with_specs(plan, model, cluster)
+    target = _plan_target(target, p)
     with flags():
         written = export_plan(p, m, c, target, out, source=str(plan))  # type: ignore[arg-type]
     for f in written:

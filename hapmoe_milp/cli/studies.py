@@ -41,6 +41,9 @@ def compare(
         float, typer.Option("--time-limit", help="Seconds for the whole comparison, shared by the solvers, > 0.")
     ] = 60.0,
     warm_start: Annotated[bool, typer.Option("--warm-start", help="Hand the DP plan to the exact solvers.")] = False,
+    runtimes: Annotated[
+        bool, typer.Option("--runtimes", help="Best plan per runtime that runs the cluster, next to --runtime any.")
+    ] = False,
     gbs: GbsOpt = None,
     seq: SeqOpt = None,
     mbs: MbsOpt = None,
@@ -60,6 +63,16 @@ def compare(
         # the solvers are cross-checked on one fixed setting: auto compares them without offload
         st = make_settings(m, None, global_batch_size=gbs, seq_length=seq, micro_batch_size=mbs)
         st = st.with_(optimizer_offload=offload is True)
+    if runtimes:
+        from hapmoe_milp.compare import compare_runtimes, format_runtimes_markdown
+
+        with compute():
+            rep = compare_runtimes(m, c, st, time_limit=limit, optimizer_offload=offload)
+        if as_json:
+            emit_json(rep)
+        else:
+            typer.echo(format_runtimes_markdown(rep))
+        return
     if against is not None:
         from hapmoe_milp.baselines import compare_against
 

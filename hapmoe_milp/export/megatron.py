@@ -491,8 +491,29 @@ def hostfile(plan: Plan, cluster: ClusterSpec) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
+class Flavor:
+    """What a Megatron-style runtime's launch scripts differ in: the checkout they run from, the file
+    the flags live in, the environment they export, and how the synthetic-data vocabulary is found
+    (``probe_vocab``: ask the checkout, ``NULL_VOCAB_PROBE``; else its NullTokenizer adds an EOD)."""
+
+    name: str
+    checkout_var: str
+    checkout_what: str
+    args_file: str
+    env: tuple[tuple[str, str, str], ...] = ()
+    probe_vocab: bool = True
+
+
+MEGATRON_FLAVOR = Flavor("megatron", "MEGATRON_LM", "your Megatron-LM checkout", ARGS_FILE)
+
+
 def launch_scripts(
-    plan: Plan, cluster: ClusterSpec, model: ModelSpec | None = None, settings: Settings | None = None
+    plan: Plan,
+    cluster: ClusterSpec,
+    model: ModelSpec | None = None,
+    settings: Settings | None = None,
+    flavor: Flavor = MEGATRON_FLAVOR,
 ) -> dict[str, str]:
     """One torchrun script per launch unit (normally per node): ``launch_node<k>.sh``.
 
@@ -521,14 +542,21 @@ def launch_scripts(
             f"NPROC_PER_NODE={u.nproc}",
             'MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to the address of the first host in the hostfile}"',
             'MASTER_PORT="${MASTER_PORT:-29500}"',
-            'MEGATRON_LM="${MEGATRON_LM:?set MEGATRON_LM to your Megatron-LM checkout}"',
+            f'{flavor.checkout_var}="${{{flavor.checkout_var}:?set {flavor.checkout_var} to {flavor.checkout_what}}}"',
         ]
-        if model is not None:
+        if model is not None and not flavor.probe_vocab:
+            lines += [
+                "# Synthetic data unless DATA_ARGS is set (this checkout's NullTokenizer adds an EOD token).",
+                'DATA_ARGS="${DATA_ARGS:-' + " ".join(tokenizer_args(model)) + '}"',
+            ]
+        elif model is not None:
             lines += [
                 "# Synthetic data unless DATA_ARGS is set. Megatron's NullTokenizer adds an EOD token to",
                 "# --vocab-size up to Megatron-Core 0.17 and not from 0.18: ask the checkout which it does.",
                 'if [ -z "${DATA_ARGS:-}" ]; then',
-                '  NULL_VOCAB="$("${PYTHON:-python3}" - "$MEGATRON_LM" ' + str(int(model.vocab_size)) + " <<'PY'",
+                f'  NULL_VOCAB="$("${{PYTHON:-python3}}" - "${flavor.checkout_var}" '
+                + str(int(model.vocab_size))
+                + " <<'PY'",
                 NULL_VOCAB_PROBE.rstrip("\n"),
                 "PY",
                 ')"',
@@ -544,15 +572,19 @@ def launch_scripts(
             lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron asserts it with TP > 1 or CP > 1")
         if plan.settings().offload_modules:
             lines.append("export NVTE_CPU_OFFLOAD_V1=1  # validate_args: fine-grained offload with TE >= 2.10")
+        for name, value, why in flavor.env:
+            # the connection count set above (TP/CP, Megatron-FSDP) wins over the flavor's default
+            if name != "CUDA_DEVICE_MAX_CONNECTIONS" or not (cfg_tp_cp or plan.settings().fsdp != "none"):
+                lines.append(f"export {name}={shlex.quote(value)}  # {why}")
         if not u.whole_node_prefix:
             env = VISIBLE_DEVICES_ENV.get(u.vendor, "CUDA_VISIBLE_DEVICES")
             lines.append(f"export {env}={','.join(str(int(i)) for i in u.locals)}")
         lines += [
             "set -f  # no globbing: the layout and --moe-layer-freq values contain '*', '(' and '['",
-            f'MEGATRON_ARGS=$(cat "$HERE/{ARGS_FILE}")',
+            f'MEGATRON_ARGS=$(cat "$HERE/{flavor.args_file}")',
             'torchrun --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_PER_NODE" \\',
             '  --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \\',
-            f'  "$MEGATRON_LM/{entry}" $MEGATRON_ARGS $DATA_ARGS "$@"',
+            f'  "${flavor.checkout_var}/{entry}" $MEGATRON_ARGS $DATA_ARGS "$@"',
         ]
         out[f"launch_node{u.index}.sh"] = "\n".join(lines) + "\n"
     return out
@@ -601,12 +633,12 @@ def readme(plan: Plan, model: ModelSpec, cluster: ClusterSpec, args: Sequence[st
         "Training-length flags (--train-iters, --lr, ...) are yours to add after the script name: extra",
         f"arguments to launch_node<k>.sh are passed on to {entry}.",
     ]
-    if len(vendors) > 1 or vendors != ["nvidia"]:
+    if vendors == ["amd"]:
         lines += [
             "",
-            f"Device vendors in this plan: {', '.join(vendors)}. Upstream Megatron-LM runs on NVIDIA GPUs; other",
-            "vendors need their Megatron port (MindSpeed on Ascend, ROCm's Megatron-LM fork on AMD) and a collective backend that spans",
-            "vendors for the pipeline hops between device types. The flags above are upstream Megatron's.",
+            "AMD GPUs: run these with the ROCm fork of Megatron-LM (ROCm/Megatron-LM) as MEGATRON_LM. Its flags",
+            "are upstream's plus --no-gradient-accumulation-fusion, and the scripts export the environment",
+            "its examples set (see hapmoe_milp/export/rocm.py for what differs and why).",
         ]
     if any(not u.whole_node_prefix for u in units):
         lines += [

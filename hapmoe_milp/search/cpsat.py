@@ -295,6 +295,8 @@ def _times(m: cp_model.CpModel, dm: DepthModel, arcs: _Arcs, res: float, symmetr
         lit = arcs.class_lit.get((int(dm.slot[a]) - 1, j))
         if lit is not None and not isinstance(lit, int):
             m.add_bool_or([x[a].Not(), lit.Not()]).with_name(f"cross_type_a{a}_c{j}")
+    for name, plus, minus, rhs in dm.rule_rows():  # the runtime's rules between stages
+        m.add(sum(x[a] for a in plus) - sum(x[a] for a in minus) <= rhs).with_name(name)
     obj = ca * sum(tau) + cb * tmax + c * sigma
     m.minimize(obj)
     if math.isfinite(dm.cutoff):

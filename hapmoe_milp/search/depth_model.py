@@ -379,6 +379,52 @@ class DepthModel:
                     if dev != sub.options[i].device and 2 * sub.p2p[i, j] > sub.eta * self.time[a]:
                         self.forbidden.append((a, j))
 
+    def rule_rows(self) -> list[tuple[str, list[int], list[int], int]]:
+        """The runtime's rules between stages as rows ``sum x[plus] - sum x[minus] <= rhs`` over arcs
+        (each slot holds one arc, so a slot's arcs of one mesh, TP or DP sum to 0 or 1):
+
+        - every mesh after the first holds ``m`` stages: slot ``k`` (slot ``P`` is the first stage) starts a
+          mesh after the first when slot ``k+1`` is of another mesh, and then slots ``k-1 .. k-m+1`` are of
+          its mesh: ``y[k,h] - y[k+1,h] - y[k-j,h] <= 0`` (``y[k,h] - y[k+1,h] <= 0`` when ``k-j < 1``);
+        - first and last stage one TP: ``y[1,t] = y[P,t]`` per TP ``t``;
+        - their DPs divide one another: ``y[1,d] + y[P,d'] <= 1`` per pair that does not.
+        """
+        sub, P = self.sub, self.P
+        rules = sub.rules
+        rows: list[tuple[str, list[int], list[int], int]] = []
+        if not rules.active or self.closed or not len(self.slot):
+            return rows
+
+        def members(k: int, attr: np.ndarray) -> dict[int, list[int]]:
+            out: dict[int, list[int]] = {}
+            for a in self.by_slot[k - 1].tolist():
+                out.setdefault(int(attr[self.opt[a]]), []).append(a)
+            return out
+
+        m = rules.mesh_min_stages
+        if m > 1:
+            by = {k: members(k, sub.mesh) for k in range(1, P + 1)}
+            for k in range(1, P):
+                for h, here in by[k].items():
+                    before = by[k + 1].get(h, [])
+                    for j in range(1, m):
+                        after = by[k - j].get(h, []) if k - j >= 1 else []
+                        rows.append((f"mesh_run_k{k}_m{h}_j{j}", here, before + after, 0))
+                        if k - j < 1:
+                            break
+        if P >= 2 and rules.edge_tp:
+            last, first = members(1, sub.tp), members(P, sub.tp)
+            for t in sorted(set(last) | set(first)):
+                rows.append((f"edge_tp_{t}_a", last.get(t, []), first.get(t, []), 0))
+                rows.append((f"edge_tp_{t}_b", first.get(t, []), last.get(t, []), 0))
+        if P >= 2 and rules.edge_dp:
+            last, first = members(1, sub.dp), members(P, sub.dp)
+            for dl, la in last.items():
+                for d0, fa in first.items():
+                    if dl % d0 and d0 % dl:
+                        rows.append((f"edge_dp_{dl}_{d0}", la + fa, [], 1))
+        return rows
+
     # ------------------------------------------------------------------ plans
     def describe(self) -> str:
         return f"{self.sub.describe()} P={self.P}"

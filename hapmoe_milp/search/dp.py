@@ -23,8 +23,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,6 +40,9 @@ from hapmoe_milp.search.solution import Progress, ProgressEvent, Solution
 from hapmoe_milp.space import PruneCounter, Pruning
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
+
+if TYPE_CHECKING:  # the runtime is read through the instance; only its type is named here
+    from hapmoe_milp.runtimes import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -305,17 +309,20 @@ def solve_dp(
     name: str = "dp",
     progress: Progress | None = None,
     cost_model: CostModel | None = None,
+    runtimes: Mapping[str, Runtime | None] | None = None,
 ) -> Solution:
     """Search every plan of the DP's space; anytime: ``time_limit`` covers the whole call, building included.
 
     ``cost_model``: one already used by another search of this model and cluster (its priced layers are
     reused; settings that differ only in optimizer offload share through :meth:`CostModel.for_settings`).
+    ``runtimes`` maps a family to the runtime whose rules its plans must meet (missing or None: the
+    what-if space of that family).
 
     The status says how far the answer is proven: ``optimal`` when the search completed and no rule that
     can cut the optimum fired (``stats["cut_by"]`` is empty), ``feasible`` when it completed but such a
     rule fired (``cut_by`` names them), ``timeout`` when the clock stopped it (the best plan so far).
     """
-    search = _DPSearch(model, cluster, settings, pruning, time_limit, progress, cost_model, instances is None)
+    search = _DPSearch(model, cluster, settings, pruning, time_limit, progress, cost_model, instances is None, runtimes)
     if instances is not None:
         given = sorted(instances, key=lambda i: (i.family != "megatron", -i.samples_per_mb, i.vpp))
         fams: list[tuple[Family, list[Instance] | None]] = [
@@ -347,6 +354,7 @@ class _DPSearch:
         progress: Progress | None,
         cost_model: CostModel | None,
         own_instances: bool,
+        runtimes: Mapping[str, Runtime | None] | None = None,
     ) -> None:
         t0 = time.perf_counter()
         self.c0 = time.process_time()
@@ -364,13 +372,17 @@ class _DPSearch:
         small = not (0 < pr.large_cluster < cluster.world_size)
         self.refining = small and own_instances and pr.layer_band and pr.band_refine
         self.megatron_free_done = False
+        self.runtimes = runtimes or {}
 
     def family_instances(self, fam: Family) -> list[Instance] | None:
         """The family's instances, largest micro-batch step first (fewest micro-batches, usually the
         fastest plans), or None if the clock ran out while building them."""
         mv = self.pr.max_vpp if fam == "megatron" else 1
         out = []
-        for inst in build_instances(self.model, self.cluster, self.settings, fam, self.pr, self.cm, max_vpp=mv):
+        rt = self.runtimes.get(fam)
+        for inst in build_instances(
+            self.model, self.cluster, self.settings, fam, self.pr, self.cm, max_vpp=mv, runtime=rt
+        ):
             if self.run.out_of_time():
                 return None
             out.append(inst)

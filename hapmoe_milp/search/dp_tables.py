@@ -126,6 +126,12 @@ class Batch:
     uniform: np.ndarray
     gmax: np.ndarray
     lo_stage: np.ndarray  # (G, 3) fewest layers of a middle, last and first stage (Instance.stage_min_layers)
+    # the runtime's rules between stages (Instance.stage_rules): per group, and the row values they read
+    edge_tp: np.ndarray  # (G,) first and last stage one TP
+    edge_dp: np.ndarray  # (G,) first and last stage DPs divide one another
+    mesh_min: np.ndarray  # (G,) stages every mesh after the first holds (1: no rule)
+    tp: np.ndarray  # (rows,) TP of the row's config
+    mesh: np.ndarray  # (rows,) mesh identity (device type and config) of the row
     infl: np.ndarray  # (G, Kmax+1) in-flight multiplier of the k-th stage from the end
     kind_ix: np.ndarray  # (N,) kind index of every layer
     present: np.ndarray  # kind indices that occur
@@ -426,6 +432,8 @@ def _rows(
         "hi": hi,
         "grp_lo": grp_hi - np.array(grp_sizes),
         "grp_hi": grp_hi,
+        "tp": np.array([o.cfg.tp for o in row_opt], dtype=np.int64),
+        "mesh": shape0,  # mesh identity (device type and config) across groups, for the runtime's stage rules
     }
 
 
@@ -447,6 +455,9 @@ def _group_arrays(
         "uniform": np.zeros(G, dtype=bool),
         "gmax": np.zeros(G, dtype=np.int64),
         "lo_stage": np.ones((G, 3), dtype=np.int64),
+        "edge_tp": np.zeros(G, dtype=bool),
+        "edge_dp": np.zeros(G, dtype=bool),
+        "mesh_min": np.ones(G, dtype=np.int64),
     }
     for i, sub in enumerate(subs):
         inst = sub.inst
@@ -460,9 +471,12 @@ def _group_arrays(
         out["kmax"][i] = sub.pp if sub.pp else km
         out["capped"][i] = not sub.pp and pr.max_stages > 0 and pr.max_stages < min(n, total_inv)
         out["first_dp"][i] = inst.first_dp
-        out["contiguous"][i] = inst.family == "hetero"
+        out["contiguous"][i] = inst.family == "hetero" or inst.stage_rules.types_grouped
         out["uniform"][i] = pr.uniform_stage_size or (bool(out["contiguous"][i]) and 0 < pr.large_cluster < total_inv)
         out["lo_stage"][i] = inst.stage_min_layers
+        rules = inst.stage_rules
+        out["edge_tp"][i], out["edge_dp"][i] = rules.edge_tp, rules.edge_dp
+        out["mesh_min"][i] = rules.mesh_min_stages
     kmax = out["kmax"]
     kk = int(kmax.max())
     infl = np.zeros((G, kk + 1))

@@ -41,9 +41,9 @@ import heapq
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hapmoe_milp.config import Settings
 from hapmoe_milp.cost.model import CostModel
@@ -66,6 +66,9 @@ from hapmoe_milp.search.solution import Progress, ProgressEvent, Solution
 from hapmoe_milp.space import PruneCounter, Pruning
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
+
+if TYPE_CHECKING:  # the runtime is read through the instance; only its type is named here
+    from hapmoe_milp.runtimes import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -304,6 +307,7 @@ def solve(
     split: str | None = None,
     progress: Progress | None = None,
     cost_model: CostModel | None = None,
+    runtimes: Mapping[str, Runtime | None] | None = None,
     **options: Any,
 ) -> Solution:
     """Solve every instance x group x depth exactly and keep the best plan, with a proven bound.
@@ -317,7 +321,8 @@ def solve(
     bounds the DP's. ``backend`` selects the MILP solver (``highs`` default, ``cbc``) for
     ``solver='milp'``. ``split`` is ``'group'`` (default) or ``'instance'``. ``progress`` is called per
     depth model (at most every 0.2 s). ``cost_model``: shared with other searches of this model and
-    cluster (``auto``'s runs share one). Extra ``options`` go to the backend (e.g. ``resolution_s``).
+    cluster (``auto``'s runs share one). ``runtimes`` maps a family to the runtime whose rules its plans
+    must meet (as for the DP). Extra ``options`` go to the backend (e.g. ``resolution_s``).
     """
     if solver == "auto":
         return _solve_auto(
@@ -333,6 +338,7 @@ def solve(
             split=split,
             progress=progress,
             cost_model=cost_model,
+            runtimes=runtimes,
             **options,
         )
     return _solve_exact(
@@ -351,6 +357,7 @@ def solve(
         split=split,
         progress=progress,
         cost_model=cost_model,
+        runtimes=runtimes,
         **options,
     )
 
@@ -374,6 +381,7 @@ def _solve_exact(
     upper_bound: float = math.inf,
     block_bounds: bool | None = None,
     cost_model: CostModel | None = None,
+    runtimes: Mapping[str, Runtime | None] | None = None,
     **options: Any,
 ) -> Solution:
     """The best-first search of the module doc. ``upper_bound``: a plan value known from elsewhere (e.g.
@@ -400,7 +408,16 @@ def _solve_exact(
                 i
                 for fam in fams
                 for i in clock.each(
-                    build_instances(model, cluster, settings, fam, pr, cm, max_vpp=pr.max_vpp),  # type: ignore[arg-type]
+                    build_instances(
+                        model,
+                        cluster,
+                        settings,
+                        fam,  # type: ignore[arg-type]
+                        pr,
+                        cm,
+                        max_vpp=pr.max_vpp,
+                        runtime=(runtimes or {}).get(fam),
+                    ),
                     "building the instances",
                 )
             ]
@@ -572,6 +589,7 @@ def _solve_auto(
     progress: Progress | None,
     split_families: bool | None = None,
     cost_model: CostModel | None = None,
+    runtimes: Mapping[str, Runtime | None] | None = None,
     **options: Any,
 ) -> Solution:
     """A certificate: the pruned DP for a fast plan, the exact backend for the proof, the unpruned DP as
@@ -590,7 +608,15 @@ def _solve_auto(
     off = replace(Pruning.off(), max_vpp=pr.max_vpp)
     cm = cost_model.for_settings(settings) if cost_model is not None else CostModel(model, cluster, settings)
     dp = solve_dp(
-        model, cluster, settings, family=family, pruning=pr, time_limit=time_limit, progress=progress, cost_model=cm
+        model,
+        cluster,
+        settings,
+        family=family,
+        pruning=pr,
+        time_limit=time_limit,
+        progress=progress,
+        cost_model=cm,
+        runtimes=runtimes,
     )
     cert = _Certificate(dp, t0, time_limit)
     fams = _families(family)
@@ -606,6 +632,7 @@ def _solve_auto(
             time_limit=cert.left(),
             name="dp-exact",
             cost_model=cm,
+            runtimes=runtimes,
         )
         cert.offer(dm)
         if dm.status in ("optimal", "infeasible"):
@@ -631,6 +658,7 @@ def _solve_auto(
             progress=progress,
             upper_bound=upper,
             cost_model=cm,
+            runtimes=runtimes,
             **options,
         )
         cert.stats.update({f"exact_{k}": v for k, v in ex.stats.items() if isinstance(v, (int, float, str, bool))})
@@ -642,7 +670,7 @@ def _solve_auto(
             cert.prove(fam, exact_solver, ex, ex.bound_s)
     else:
         cert.stats["exact"] = "no time left"
-    return _finish_auto(model, cluster, settings, cert, todo, off, t0, pr, cm)
+    return _finish_auto(model, cluster, settings, cert, todo, off, t0, pr, cm, runtimes)
 
 
 def _finish_auto(
@@ -655,6 +683,7 @@ def _finish_auto(
     t0: float,
     pr: Pruning,
     cm: CostModel,
+    runtimes: Mapping[str, Runtime | None] | None,
 ) -> Solution:
     """The unpruned DP as a second proof of the families not proved yet, then the certificate."""
     from hapmoe_milp.search.dp import solve_dp
@@ -663,7 +692,15 @@ def _finish_auto(
     if not all(cert.proved(f) for f in fams) and cert.time_for(1.0):
         # the unpruned DP is exact over the instance: when it finishes, its optimum is the proof
         dx = solve_dp(
-            model, cluster, settings, family=todo, pruning=off, time_limit=cert.left(), name="dp-exact", cost_model=cm
+            model,
+            cluster,
+            settings,
+            family=todo,
+            pruning=off,
+            time_limit=cert.left(),
+            name="dp-exact",
+            cost_model=cm,
+            runtimes=runtimes,
         )
         cert.stats.update({"dp_exact_status": dx.status, "dp_exact_wall_s": dx.wall_s})
         cert.offer(dx)

@@ -87,6 +87,7 @@ import numpy as np
 from hapmoe_milp.deadline import NO_DEADLINE, Deadline
 from hapmoe_milp.instance import Instance, Option, groups, in_group, vpp_lead
 from hapmoe_milp.plan import Plan, Stage
+from hapmoe_milp.space import stage_rule_problems
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "timeout"]
 #: Per stage from first to last: (option position in the sub-problem, first layer, end layer).
@@ -179,11 +180,18 @@ class SubProblem:
         self.csize = self.size // np.asarray(unit, dtype=np.int64)[self.tix] if self.O else self.size
         self.cap = np.asarray([o.capacity for o in options], dtype=np.float64)
         self.first_ok = np.asarray([o.cfg.dp == inst.first_dp for o in options], dtype=bool)
+        #: the runtime's rules between stages (``Instance.stage_rules``): rows over arcs, see
+        #: :meth:`DepthModel.rule_rows`; a mesh is a (device type, config) pair
+        self.rules = inst.stage_rules
+        mesh_ids: dict[tuple, int] = {}
+        self.mesh = np.asarray([mesh_ids.setdefault((o.device, o.cfg), len(mesh_ids)) for o in options], dtype=np.int64)
+        self.tp = np.asarray([o.cfg.tp for o in options], dtype=np.int64)
+        self.dp = np.asarray([o.cfg.dp for o in options], dtype=np.int64)
         classes = sorted({(o.device, o.devices < self.node[o.device]) for o in options})
         cidx = {c: j for j, c in enumerate(classes)}
         self.classes = classes
         self.cls = np.asarray([cidx[(o.device, o.devices < self.node[o.device])] for o in options], dtype=np.int64)
-        self.contiguous = inst.family == "hetero" and len(self.types) > 1
+        self.contiguous = (inst.family == "hetero" or inst.stage_rules.types_grouped) and len(self.types) > 1
         total = sum(self.inv)
         self.same_size = pr.uniform_stage_size or (inst.family == "hetero" and 0 < pr.large_cluster < total)
         self.align_types: list[int] = []
@@ -301,6 +309,10 @@ class SubProblem:
         P = len(assignment)
         if P not in self.depths:
             return False
+        if self.rules.active:
+            stages = [Stage(self.options[i].device, self.options[i].cfg, s, e) for i, s, e in assignment]
+            if stage_rule_problems(self.rules, stages):
+                return False
         return all(e - s >= self.min_layers(P - j, j == 0) for j, (_, s, e) in enumerate(assignment))
 
     # ------------------------------------------------------------------ cheap group-level bound
@@ -540,9 +552,12 @@ class SubProblem:
         out: dict[tuple[int, int, int], int],
     ) -> np.ndarray:
         """Drop arcs another arc of the same type, size, class, group and range beats or ties (see doc)."""
-        buckets: dict[tuple[int, int, int, int], list[int]] = {}
+        buckets: dict[tuple[int, int, int, int, int], list[int]] = {}
+        # under rules between stages an arc can stand in only for arcs of its own mesh (device and config)
+        mesh = self.mesh if self.rules.active else np.zeros(self.O, dtype=np.int64)
         for i in range(self.O):
-            buckets.setdefault((int(self.gid[i]), int(self.tix[i]), int(self.size[i]), int(self.cls[i])), []).append(i)
+            key = (int(self.gid[i]), int(self.tix[i]), int(self.size[i]), int(self.cls[i]), int(mesh[i]))
+            buckets.setdefault(key, []).append(i)
         keep = ok.copy()
         for idx in buckets.values():
             if len(idx) < 2:

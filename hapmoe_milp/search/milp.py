@@ -301,6 +301,8 @@ def _times(prob: pulp.LpProblem, dm: DepthModel, arcs: _Arcs, tu: float) -> dict
         prev = arcs.class_arcs.get((int(dm.slot[a]) - 1, j), [])
         if prev:
             prob += _lin([(x[a], 1.0)] + [(x[b], 1.0) for b in prev]) <= 1, f"cross_type_a{a}_{_class_name(dm, j)}"
+    for name, plus, minus, rhs in dm.rule_rows():  # the runtime's rules between stages
+        prob += _lin([(x[a], 1.0) for a in plus] + [(x[a], -1.0) for a in minus]) <= rhs, name
     obj = _lin([(v, dm.alpha) for v in tau] + [(tmax, dm.beta), (sigma, 1.0)])
     prob += obj
     if math.isfinite(dm.cutoff):
