@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hapmoe_milp.config import DISPATCHERS, FP8_RECIPES
-from hapmoe_milp.errors import SpecError
+from hapmoe_milp.config import DISPATCHERS, FP8_RECIPES, check_graph_scope
+from hapmoe_milp.errors import SettingsError, SpecError
 from hapmoe_milp.specs._fields import Fields, load_document
 
 RECOMPUTE = ("none", "selective", "full")
@@ -25,7 +25,14 @@ PRECISIONS = ("bf16", "fp8")
 DEFAULT_STACK = "user"
 MEASURES = ("step_time_s", "tokens_per_s_per_device", "tokens_per_s")
 KNOBS = ("tp", "pp", "cp", "ep", "etp", "vpp")
-SETTING_BOOLS = ("overlap_ep_comm", "overlap_grad_reduce", "overlap_param_gather", "optimizer_offload")
+SETTING_BOOLS = (
+    "overlap_ep_comm",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "optimizer_offload",
+    "grad_reduce_in_fp32",
+    "fp8_param_gather",
+)
 COLUMNS = (
     "id",
     "source",
@@ -41,6 +48,7 @@ COLUMNS = (
     "precision",
     "fp8_recipe",
     "dispatcher",
+    "cuda_graph_scope",
     *SETTING_BOOLS,
     *MEASURES,
     "peak_memory_gib",
@@ -75,6 +83,7 @@ class MeasuredRun:
     origin: str = ""
     stack: str = DEFAULT_STACK
     fp8_recipe: str | None = None
+    cuda_graph_scope: str | None = None
 
     def step_time_s(self, world_size: int) -> float:
         """The measurement as seconds per iteration (tokens/s are converted with GBS x sequence)."""
@@ -97,6 +106,8 @@ class MeasuredRun:
             kw["dispatcher"] = self.dispatcher
         if self.fp8_recipe is not None:
             kw["fp8_recipe"] = self.fp8_recipe
+        if self.cuda_graph_scope is not None:
+            kw["cuda_graph_scope"] = self.cuda_graph_scope
         return kw
 
 
@@ -117,6 +128,12 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
     layout = f.str_("layout", None)
     flags = {k: f.bool_(k) for k in SETTING_BOOLS if f.has(k)}
     dispatcher = f.choice("dispatcher", DISPATCHERS) if f.has("dispatcher") else None
+    graphs = None
+    if f.has("cuda_graph_scope"):
+        try:
+            graphs = check_graph_scope(f.str_("cuda_graph_scope"))
+        except SettingsError as exc:
+            raise f.err("cuda_graph_scope", exc.detail) from None
     run = MeasuredRun(
         id=rid,
         source=source,
@@ -143,6 +160,7 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
         origin=f.source,
         stack=f.str_("stack", DEFAULT_STACK),
         fp8_recipe=f.choice("fp8_recipe", FP8_RECIPES) if f.has("fp8_recipe") else None,
+        cuda_graph_scope=graphs,
     )
     f.reject_unknown()
     return run

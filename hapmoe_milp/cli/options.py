@@ -42,6 +42,9 @@ FLAGS: dict[str, str] = {
     "dispatcher": "--dispatcher",
     "fp8_recipe": "--fp8-recipe",
     "overlap_ep_comm": "--ep-overlap",
+    "cuda_graph_scope": "--cuda-graph-scope",
+    "grad_reduce_in_fp32": "--grad-reduce-bf16",
+    "fp8_param_gather": "--fp8-param-gather",
     "optimizer_offload": "--optimizer-offload",
     # one plan's layout (knobs.plan_from_knobs)
     "tp": "--tp",
@@ -189,6 +192,24 @@ EpOverlapOpt = Annotated[
         "--ep-overlap/--no-ep-overlap",
         help="Overlap expert-parallel dispatch/combine with computation (--overlap-moe-expert-parallel-comm).",
     ),
+]
+CudaGraphOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cuda-graph-scope",
+        help="CUDA graphs: none, layer (whole layers) or parts attn,mlp,moe,moe_router,moe_preprocess,mamba.",
+    ),
+]
+GradReduceOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--grad-reduce-bf16/--grad-reduce-fp32",
+        help="Reduce gradients in BF16 (--grad-reduce-in-bf16, the NeMo recipes) or FP32 (Megatron's default).",
+    ),
+]
+Fp8ParamGatherOpt = Annotated[
+    bool | None,
+    typer.Option("--fp8-param-gather/--no-fp8-param-gather", help="Gather FP8 parameters (--fp8-param-gather)."),
 ]
 FamilyOpt = Annotated[
     str,

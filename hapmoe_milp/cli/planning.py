@@ -12,11 +12,14 @@ from hapmoe_milp.cli.options import (
     FLAGS,
     STATE,
     ClusterOpt,
+    CudaGraphOpt,
     DispatcherOpt,
     EpOverlapOpt,
     FamilyOpt,
+    Fp8ParamGatherOpt,
     Fp8RecipeOpt,
     GbsOpt,
+    GradReduceOpt,
     ImbalanceOpt,
     JsonOpt,
     MbsOpt,
@@ -77,6 +80,9 @@ def estimate(
     fp8_recipe: Fp8RecipeOpt = None,
     dispatcher: DispatcherOpt = None,
     ep_overlap: EpOverlapOpt = None,
+    cuda_graph_scope: CudaGraphOpt = None,
+    grad_reduce_bf16: GradReduceOpt = None,
+    fp8_param_gather: Fp8ParamGatherOpt = None,
     optimizer_offload: Annotated[
         str | None,
         typer.Option("--optimizer-offload", help="Optimizer states in host memory: on or off (default: the plan's)."),
@@ -103,6 +109,9 @@ def estimate(
         overlap_ep_comm=ep_overlap,
         imbalance=imbalance,
         optimizer_offload=offload,
+        cuda_graph_scope=cuda_graph_scope,
+        grad_reduce_in_fp32=None if grad_reduce_bf16 is None else not grad_reduce_bf16,
+        fp8_param_gather=fp8_param_gather,
     )
     if plan is not None:
         knobs = {"--tp": tp, "--pp": pp, "--cp": cp, "--ep": ep, "--etp": etp, "--vpp": vpp}
@@ -198,6 +207,9 @@ def solve(
     fp8_recipe: Fp8RecipeOpt = None,
     dispatcher: DispatcherOpt = None,
     ep_overlap: EpOverlapOpt = None,
+    cuda_graph_scope: CudaGraphOpt = None,
+    grad_reduce_bf16: GradReduceOpt = None,
+    fp8_param_gather: Fp8ParamGatherOpt = None,
     optimizer_offload: OffloadOpt = "auto",
     out: Annotated[
         Path | None, typer.Option("--out", help="Write plan.json here (with --export: the launch folder).")
@@ -246,6 +258,9 @@ def solve(
             fp8_recipe=fp8_recipe,
             overlap_ep_comm=ep_overlap,
             dispatcher=dispatcher,
+            cuda_graph_scope=cuda_graph_scope,
+            grad_reduce_in_fp32=None if grad_reduce_bf16 is None else not grad_reduce_bf16,
+            fp8_param_gather=fp8_param_gather,
         )
     assert sol.plan is not None
     with flags():

@@ -172,7 +172,7 @@ class CostModel:
         gpu_f = f_comp + tp_f + cp_f + (ep_total / 2)
         gpu_b = b_comp + tp_f + cp_b + (ep_total / 2) + rec
         # ---- host: kernels issued per micro-batch, and the dropless router's token-count sync
-        kern = layer_kernels(m, cfg, kind, st.dispatcher, prec, recompute, st.fp8_recipe)
+        kern = layer_kernels(m, cfg, kind, st.dispatcher, prec, recompute, st.fp8_recipe, st.cuda_graph_scope)
         host_f = host_overhead(kern.fwd, dev, kern.syncs_fwd)
         host_b = host_overhead(kern.bwd, dev, kern.syncs_bwd)
         fwd, bwd, host = gpu_f + host_f, gpu_b + host_b, host_f + host_b
@@ -479,15 +479,19 @@ class CostModel:
         else:
             weights = 18 * (dense_local + exp_local)
         rs = ag = 0.0
+        # gradients travel in FP32 unless the run reduces them in BF16 (--grad-reduce-in-bf16, the NeMo and
+        # Megatron-Bridge performance recipes); parameters are gathered in BF16, or FP8 with --fp8-param-gather
+        gb = FP32 if st.grad_reduce_in_fp32 else BF16
+        pb = 1.0 if st.precision == "fp8" and st.fp8_param_gather else BF16
         for params, n in ((dense_local, dp_dense), (exp_local, edp)):
             if params <= 0 or n <= 1:
                 continue
             bucket = max(BUCKET_PARAMS, 1_000_000 * n)
             if st.distributed_optimizer:
-                rs += self.collective(dev, did, "reduce_scatter", FP32 * params, n, g, table_size=FP32 * bucket)
-                ag += self.collective(dev, did, "all_gather", BF16 * params, n, g, table_size=BF16 * bucket)
+                rs += self.collective(dev, did, "reduce_scatter", gb * params, n, g, table_size=gb * bucket)
+                ag += self.collective(dev, did, "all_gather", pb * params, n, g, table_size=pb * bucket)
             else:
-                rs += self.collective(dev, did, "all_reduce", FP32 * params, n, g, table_size=FP32 * bucket)
+                rs += self.collective(dev, did, "all_reduce", gb * params, n, g, table_size=gb * bucket)
         shard = (dense_local / dp_dense + exp_local / edp) if st.distributed_optimizer else dense_local + exp_local
         if st.optimizer_offload:
             # grads out (fp32), updated params back (bf16), Adam on the host; not overlapped
