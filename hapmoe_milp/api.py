@@ -114,6 +114,9 @@ def solve(
     ``optimizer_offload="auto"`` first searches with optimizer states on the device and, only if nothing
     fits, again with them offloaded to host memory (as HAPMoE does for Mixtral-L on small clusters).
     ``export`` (``megatron`` or ``flagscale``) restricts the search to plans that target runs.
+    EP-communication overlap not given (no ``settings``, ``overlap_ep_comm`` None) is a searched choice for
+    MoE models: the plan is searched without and with it (the latter over the plans Megatron can overlap)
+    and the faster one is kept, with its setting.
     ``progress`` is called at coarse points (per instance / sub-model) with a ``ProgressEvent``.
     """
     check_choice("solver", solver, SOLVERS)
@@ -129,21 +132,33 @@ def solve(
             tries.append(replace(st, optimizer_offload=True))
     else:
         tries = [replace(st, optimizer_offload=bool(optimizer_offload))]
+    overlap_auto = settings is None and settings_kw.get("overlap_ep_comm") is None and ep_overlap_applies(m, st)
     last: Solution | None = None
     t0 = time.perf_counter()
     for s in tries:
-        # one time limit for the whole solve: the optimizer-offload retry gets what the first try left
-        left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
-        sol = _run_solver(m, c, s, solver, fam, pruning, left, solver_options or {}, progress)
-        last = sol
-        if sol.plan is not None:
-            out = finalize(sol, m, c, s)
+        found: list[tuple[Solution, Settings]] = []
+        # EP-communication overlap, unless the caller chose: searched both ways, the faster plan kept
+        for s2 in (s, replace(s, overlap_ep_comm=True)) if overlap_auto else (s,):
+            # one time limit for the whole solve: every later try gets what the earlier ones left
+            left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
+            f2 = "megatron" if s2.overlap_ep_comm and overlap_auto else fam
+            if f2 == "megatron" and fam == "hetero":
+                continue
+            sol = _run_solver(m, c, s2, solver, f2, pruning, left, solver_options or {}, progress)
+            last = sol
+            if sol.plan is not None:
+                found.append((sol, s2))
+            if sol.status == "timeout":
+                break
+        if found:
+            sol, s2 = min(found, key=lambda x: x[0].objective_s)
+            out = finalize(sol, m, c, s2)
             gbs_given = settings is not None or settings_kw.get("global_batch_size") is not None
             warn = None if gbs_given else idle_warning(out, c)
             if warn:
                 log.warning("%s", warn)
             return out
-        if sol.status == "timeout":
+        if last is not None and last.status == "timeout":
             break
     from hapmoe_milp.search.diagnose import diagnose
     from hapmoe_milp.search.dp import families
@@ -221,6 +236,12 @@ def idle_warning(sol: Solution, cluster: ClusterSpec) -> str | None:
         f"the model's default global batch {gbs} is small for {world} devices: {'; '.join(why)}{mfu_text}. "
         f"A larger --gbs (e.g. {suggest}) would use the cluster better"
     )
+
+
+def ep_overlap_applies(m: ModelSpec, st: Settings) -> bool:
+    """Whether ``solve`` searches EP-communication overlap both ways: an MoE model on a dispatcher Megatron
+    overlaps (alltoall, flex) with at most one MTP layer (export rule ``rule_ep_overlap_requirements``)."""
+    return m.is_moe and st.dispatcher in ("alltoall", "flex") and m.mtp_num_layers <= 1
 
 
 def _run_solver(

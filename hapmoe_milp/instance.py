@@ -427,9 +427,13 @@ def build_instances(
     cm = cost_model or CostModel(model, cluster, settings)
     cache: dict[tuple[int, int], list[ParallelConfig]] = {}
     lead = vpp_lead(model)
+    overlap = settings.overlap_ep_comm and model.is_moe
     for step in micro_batch_steps(model, cluster, settings, family, cache):
         counter = PruneCounter()
         opts = build_options(model, cluster, cm, family, step, pr, counter, cache)
+        plain = opts
+        if overlap:
+            opts, plain = _ep_overlap_options(opts, cluster.world_size, counter)
         if not opts:
             continue
         base = Instance(
@@ -439,18 +443,34 @@ def build_instances(
             family=family,
             samples_per_mb=step,
             num_microbatches=settings.global_batch_size // step,
-            options=opts,
+            options=plain,
             cost_model=cm,
             pruning=pr,
             counter=counter,
         )
-        yield base
+        if plain:
+            yield base
         if family != "megatron" or lead is None:
             continue
         for v in range(2, max_vpp + 1):
-            inst = replace(base, vpp=v, counter=PruneCounter())
+            inst = replace(base, vpp=v, options=opts, counter=PruneCounter())
             if inst.vpp_depths():
                 yield inst
+
+
+def _ep_overlap_options(opts: list[Option], world: int, counter: PruneCounter) -> tuple[list[Option], list[Option]]:
+    """The options Megatron's EP-communication overlap can run (``--overlap-moe-expert-parallel-comm``,
+    export rule ``rule_ep_overlap_requirements``): EP > 1 and no full recompute; and, because with PP > 1 it
+    needs virtual stages, the plain 1F1B instance keeps only whole-cluster stages (a single-stage plan).
+    Returns (options for interleaved instances, options for the plain instance), each indexed from 0."""
+    ok = [o for o in opts if o.cfg.ep > 1 and o.recompute != "full"]
+    counter.add("ep_overlap", len(opts) - len(ok))
+    whole = [o for o in ok if o.devices == world]
+
+    def indexed(xs: list[Option]) -> list[Option]:
+        return [replace(o, index=i) for i, o in enumerate(xs)]
+
+    return indexed(ok), indexed(whole)
 
 
 def vpp_lead(model: ModelSpec) -> int | None:
