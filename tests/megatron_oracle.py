@@ -97,9 +97,7 @@ def config_from_args(parsed: dict[str, Any]) -> TransformerConfig:
             kw.update(activation_func=squared_relu, gated_linear_unit=False, bias_activation_fusion=False)
         elif k == "fp8_param_gather":  # core_transformer_config_from_args: fp8_param = args.fp8_param_gather
             kw["fp8_param"] = True
-        elif k == "cuda_graph_scope":
-            kw[k] = v if isinstance(v, list) else [v]
-        elif k == "recompute_modules":
+        elif k in ("cuda_graph_scope", "recompute_modules"):
             kw[k] = v if isinstance(v, list) else [v]
         elif k in RENAMED:
             kw[RENAMED[k]] = v
