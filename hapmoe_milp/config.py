@@ -195,6 +195,9 @@ class Settings:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     overlap_ep_comm: bool = False
+    # TP all-gather/reduce-scatter overlapped with the GEMMs they feed (Megatron --tp-comm-overlap with
+    # Transformer Engine userbuffers; MindSpeed --use-mc2 fuses them into the matmul kernels)
+    tp_comm_overlap: bool = False
     # Gradient reduce-scatter/all-reduce in FP32 (Megatron-LM forces it for BF16 unless --grad-reduce-in-bf16;
     # NeMo/Megatron-Bridge performance recipes turn it off) and FP8 parameter all-gather (--fp8-param-gather).
     grad_reduce_in_fp32: bool = True
@@ -242,6 +245,7 @@ def _checked(s: Settings) -> dict[str, Any]:
         "overlap_grad_reduce",
         "overlap_param_gather",
         "overlap_ep_comm",
+        "tp_comm_overlap",
         "grad_reduce_in_fp32",
         "fp8_param_gather",
     ):

@@ -201,3 +201,28 @@ def test_estimate_flags_reach_the_cost_model():
     assert code == 2 and out == ""
     (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert "--cuda-graph-scope" in line
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5, 0.9])
+def test_tp_overlap_hides_a_share_of_the_tp_collectives_behind_each_pass(share):
+    """With --tp-comm-overlap (MindSpeed --use-mc2) a share ``tp_overlap`` of min(TP comm, that pass's
+    compute) is hidden, forward and backward; without it the collectives stay exposed."""
+    m, c = CAT.model("llama-3-70b"), CAT.cluster("8xh100")
+    cfg = ParallelConfig(tp=8)
+    dev = c.device("h100")
+    cc = with_devices(c, {"h100": replace(dev, runtime=replace(dev.runtime, tp_overlap=share))})
+    off = CostModel(m, cc, Settings()).layer("h100", cfg, 1, "dense", "none")
+    on = CostModel(m, cc, Settings(tp_comm_overlap=True)).layer("h100", cfg, 1, "dense", "none")
+    tp_pass = off.tp / 2  # the same TP traffic forward and backward
+    assert tp_pass > 0
+    hidden_f = share * min(tp_pass, off.fwd - off.host - tp_pass)
+    assert off.fwd - on.fwd == pytest.approx(hidden_f, rel=1e-9)
+    assert on.tp < off.tp or share == 0.0
+    assert on.compute == pytest.approx(off.compute, rel=1e-12)
+
+
+def test_tp_overlap_is_exported_only_with_tensor_parallelism():
+    m, c = CAT.model("llama-3-70b"), CAT.cluster("16xh100")
+    st = Settings(seq_length=4096, global_batch_size=64, tp_comm_overlap=True)
+    assert "--tp-comm-overlap" in megatron_args(plan_from_knobs(m, c, st, tp=8, pp=2), m, c)
+    assert "--tp-comm-overlap" not in megatron_args(plan_from_knobs(m, c, st, tp=1, pp=8), m, c)

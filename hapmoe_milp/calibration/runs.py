@@ -27,6 +27,7 @@ MEASURES = ("step_time_s", "tokens_per_s_per_device", "tokens_per_s")
 KNOBS = ("tp", "pp", "cp", "ep", "etp", "vpp")
 SETTING_BOOLS = (
     "overlap_ep_comm",
+    "tp_comm_overlap",
     "overlap_grad_reduce",
     "overlap_param_gather",
     "optimizer_offload",

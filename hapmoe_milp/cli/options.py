@@ -43,6 +43,7 @@ FLAGS: dict[str, str] = {
     "fp8_recipe": "--fp8-recipe",
     "overlap_ep_comm": "--ep-overlap",
     "cuda_graph_scope": "--cuda-graph-scope",
+    "tp_comm_overlap": "--tp-overlap",
     "grad_reduce_in_fp32": "--grad-reduce-bf16",
     "fp8_param_gather": "--fp8-param-gather",
     "optimizer_offload": "--optimizer-offload",
@@ -198,6 +199,13 @@ CudaGraphOpt = Annotated[
     typer.Option(
         "--cuda-graph-scope",
         help="CUDA graphs: none, layer (whole layers) or parts attn,mlp,moe,moe_router,moe_preprocess,mamba.",
+    ),
+]
+TpOverlapOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--tp-overlap/--no-tp-overlap",
+        help="Overlap tensor-parallel collectives with their GEMMs (--tp-comm-overlap; MindSpeed --use-mc2).",
     ),
 ]
 GradReduceOpt = Annotated[

@@ -31,6 +31,7 @@ from hapmoe_milp.cli.options import (
     SeqOpt,
     TargetOpt,
     TimeLimitOpt,
+    TpOverlapOpt,
     catalog_cluster,
     catalog_model,
     flags,
@@ -81,6 +82,7 @@ def estimate(
     dispatcher: DispatcherOpt = None,
     ep_overlap: EpOverlapOpt = None,
     cuda_graph_scope: CudaGraphOpt = None,
+    tp_overlap: TpOverlapOpt = None,
     grad_reduce_bf16: GradReduceOpt = None,
     fp8_param_gather: Fp8ParamGatherOpt = None,
     optimizer_offload: Annotated[
@@ -110,6 +112,7 @@ def estimate(
         imbalance=imbalance,
         optimizer_offload=offload,
         cuda_graph_scope=cuda_graph_scope,
+        tp_comm_overlap=tp_overlap,
         grad_reduce_in_fp32=None if grad_reduce_bf16 is None else not grad_reduce_bf16,
         fp8_param_gather=fp8_param_gather,
     )
@@ -208,6 +211,7 @@ def solve(
     dispatcher: DispatcherOpt = None,
     ep_overlap: EpOverlapOpt = None,
     cuda_graph_scope: CudaGraphOpt = None,
+    tp_overlap: TpOverlapOpt = None,
     grad_reduce_bf16: GradReduceOpt = None,
     fp8_param_gather: Fp8ParamGatherOpt = None,
     optimizer_offload: OffloadOpt = "auto",
@@ -259,6 +263,7 @@ def solve(
             overlap_ep_comm=ep_overlap,
             dispatcher=dispatcher,
             cuda_graph_scope=cuda_graph_scope,
+            tp_comm_overlap=tp_overlap,
             grad_reduce_in_fp32=None if grad_reduce_bf16 is None else not grad_reduce_bf16,
             fp8_param_gather=fp8_param_gather,
         )

@@ -317,6 +317,8 @@ def megatron_args(plan: Plan, model: ModelSpec, cluster: ClusterSpec, settings: 
             a += ["--fp8-param-gather"]
     if not st.grad_reduce_in_fp32:
         a += ["--grad-reduce-in-bf16"]
+    if st.tp_comm_overlap and plan.stages[0].cfg.tp > 1:
+        a += ["--tp-comm-overlap"]
     a += cuda_graph_args(st.cuda_graph_scope)
     return a
 
