@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from common import ROOT, command_line, fx, quiet_logging, table, update_section
+from fidelity_memory import memory_section
 
 from hapmoe_milp import __version__
 from hapmoe_milp.calibration import (
@@ -73,8 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-tables", action="store_true", help="write clusters/devices-calibrated/<device>.yaml")
     ap.add_argument("--no-results", action="store_true", help="print only, do not touch bench/RESULTS.md")
     ap.add_argument("--kinds", default=",".join(KINDS), help="cross-validations to run (model,source,run)")
+    ap.add_argument("--memory-runs", type=Path, default=ROOT / "bench" / "calibration" / "memory_runs.yaml")
+    ap.add_argument("--memory-only", action="store_true", help="only the memory section (no table fitting)")
     args = ap.parse_args(argv)
     quiet_logging()
+    if args.memory_only:
+        mem = memory_section(args.memory_runs, args.runs, Catalog(root=ROOT, use_calibrated=False), command_line())
+        print(mem)
+        if not args.no_results:
+            update_section("fidelity_memory", mem)
+        return 0
     t0 = time.perf_counter()
     shipped = Catalog(root=ROOT, use_calibrated=False)
     runs = [prepare(r, shipped) for r in load_runs(args.runs)]
@@ -100,8 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     lines += run_section(runs, before, cols)
     body = "\n".join(lines)
     print(body)
+    mem = memory_section(args.memory_runs, args.runs, shipped, command_line())
+    print(mem)
     if not args.no_results:
         update_section("fidelity", body)
+        update_section("fidelity_memory", mem)
     return 0
 
 

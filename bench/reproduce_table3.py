@@ -39,7 +39,8 @@ PAPER_THROUGHPUT = {
 
 def _solve(model: Any, cluster: Any, st: Any, family: str, time_limit: float | None) -> Solution | None:
     try:
-        return api.solve(model, cluster, "dp", settings=st, family=family, time_limit=time_limit)
+        # the paper's ablation lives in the what-if space (both families, no runtime's limits)
+        return api.solve(model, cluster, "dp", settings=st, family=family, time_limit=time_limit, runtime="any")
     except HapmoeError:
         return None
 

@@ -17,12 +17,18 @@ from hapmoe_milp.config import (
     SOLVERS,
     Settings,
     check_choice,
+    check_solver_options,
     check_time_limit,
+    graph_parts,
     make_settings,
 )
 from hapmoe_milp.cost.estimate import Estimate, estimate
+from hapmoe_milp.cost.model import CostModel
+from hapmoe_milp.deadline import Deadline
 from hapmoe_milp.errors import HapmoeError, InfeasibleError, SettingsError, SolverError
 from hapmoe_milp.plan import Plan, check_plan
+from hapmoe_milp.runtimes import ANY, AUTO, RUNTIMES, Runtime, searched_families, settings_problem
+from hapmoe_milp.runtimes import resolve as resolve_runtimes
 from hapmoe_milp.search.solution import Progress, Solution
 from hapmoe_milp.space import Pruning
 from hapmoe_milp.specs.catalog import Catalog
@@ -34,9 +40,8 @@ log = logging.getLogger(__name__)
 
 FAMILY_CHOICES = ("both", "megatron", "hetero")
 OFFLOAD_CHOICES = ("auto", True, False)
-# Export targets and the plan family each can run: upstream Megatron one mesh shape for every stage;
-# FlagScale's heterogeneous meshes (the hetero family is built to FlagScale's rules: no CP, no VPP, ...).
-TARGET_FAMILY = {"megatron": "megatron", "flagscale": "hetero"}
+# Seconds an infeasible solve may spend past its limit saying why (diagnose); part of the documented constant
+DIAGNOSE_MIN_S = 1.0
 # A cluster this large with the model's default global batch is checked for idle devices (see idle_warning)
 LARGE_CLUSTER = 64
 
@@ -78,19 +83,104 @@ def finalize(sol: Solution, model: ModelSpec, cluster: ClusterSpec, settings: Se
 
 
 def families_for(family: str, target: str | None) -> str:
-    """The family to search: ``family`` itself, narrowed to what an export ``target`` can run."""
+    """``family`` checked, and against what an export ``target`` (a runtime) runs."""
     check_choice("family", family, FAMILY_CHOICES)
     if target is None:
         return family
-    check_choice("export", target, tuple(TARGET_FAMILY))
-    need = TARGET_FAMILY[target]
-    if family not in ("both", need):
+    check_choice("export", target, tuple(RUNTIMES))
+    need = searched_families(RUNTIMES[target])
+    if family not in ("both", *need):
         raise SettingsError(
-            f"{target} runs {need}-family plans only, and --family asks for {family}; drop --family or change "
-            "the export target",
+            f"{target} runs {need[0]}-family plans only, and --family asks for {family}; drop --family or "
+            "change the export target",
             field="family",
         )
-    return need
+    return family
+
+
+def model_problem(rt: Runtime, model: ModelSpec | None) -> str | None:
+    """Why ``rt`` cannot build ``model`` at all (None when it can): a hybrid model where the runtime
+    builds GPT models only, or an architecture Megatron-Core lacks (every runtime here builds with it)."""
+    from hapmoe_milp.export.megatron_arch import megatron_gaps
+
+    if model is None:
+        return None
+    if model.is_hybrid and not rt.hybrid:
+        return f"{rt.title} builds GPT models only here, {model.name} is a hybrid (Mamba) model"
+    for gap in megatron_gaps(model):
+        if gap.blocking:
+            return f"{rt.title} builds models with Megatron-Core, which cannot build {model.name}: {gap.feature}"
+    return None
+
+
+def search_spaces(
+    runtime: str,
+    cluster: ClusterSpec,
+    settings: Settings,
+    family: str = "both",
+    export: str | None = None,
+    model: ModelSpec | None = None,
+) -> dict[str, Runtime | None]:
+    """Plan family -> the runtime whose rules its plans must meet, for a ``runtime`` choice.
+
+    ``auto``: every runtime that runs the cluster's vendor mix and these settings (FP8, dispatcher); a
+    runtime name: that one (an error when it cannot run the cluster or the settings); ``any``: both
+    families with no runtime (the what-if space). ``family`` and an ``export`` target narrow the choice;
+    exporting needs a runtime (``any`` names none)."""
+    check_choice("family", family, FAMILY_CHOICES)
+    flag = "runtime"
+    if export is not None:
+        check_choice("export", export, tuple(RUNTIMES))
+        if runtime == ANY:
+            raise SettingsError(
+                "the what-if space names no runtime that runs its plans, so there is nothing to export for; "
+                "drop --runtime any (or give --runtime " + export + ")",
+                field="runtime",
+            )
+        if runtime not in (AUTO, export):
+            raise SettingsError(f"is {runtime}, but --export asks for {export}; give one of them", field="runtime")
+        families_for(family, export)
+        runtime, flag = export, "export"
+    try:
+        found = resolve_runtimes(runtime, cluster)
+    except SettingsError as exc:
+        raise exc.at(field=flag) from None
+    fams = ["megatron", "hetero"] if family == "both" else [family]
+    if found is None:
+        return {f: None for f in fams}
+    out: dict[str, Runtime | None] = {}
+    why: list[str] = []
+    for rt in found:
+        problem = settings_problem(rt, cluster, settings.precision, settings.dispatcher) or model_problem(rt, model)
+        if problem is not None:
+            if runtime != AUTO:
+                raise SettingsError(problem, field=flag)
+            why.append(problem)
+            continue
+        for fam in searched_families(rt):  # single-vendor runtimes come first: they keep VPP and CP
+            if fam in fams and fam not in out:
+                out[fam] = rt
+    if not out:
+        names = ", ".join(r.name for r in found)
+        if why:
+            raise SettingsError(f"no runtime runs this search on cluster {cluster.name}: {'; '.join(why)}", field=flag)
+        runs = sorted({f for r in found for f in searched_families(r)})
+        raise SettingsError(
+            f"asks for {family}-family plans, and {names} (what runs cluster {cluster.name}) runs "
+            f"{' and '.join(runs)}-family plans; drop --family or use --runtime any",
+            field="family",
+        )
+    return out
+
+
+def runtime_label(plan: Plan | None) -> str:
+    """What a result says about who runs it."""
+    if plan is None or plan.runtime is None:
+        return "runtime not recorded"
+    if plan.runtime == ANY:
+        return "what-if space (--runtime any): no single runtime is known to run this plan"
+    rt = RUNTIMES[plan.runtime]
+    return f"runs on {rt.title} (rules checked at " + ", ".join(f"{r}@{c[:10]}" for r, c in rt.version.items()) + ")"
 
 
 def solve(
@@ -107,25 +197,40 @@ def solve(
     solver_options: dict[str, Any] | None = None,
     export: str | None = None,
     progress: Progress | None = None,
+    fsdp_search: bool = False,
+    runtime: str = AUTO,
     **settings_kw: Any,
 ) -> Solution:
     """Search for the fastest plan; raise InfeasibleError (with the tightest constraint) if none fits.
 
+    ``runtime``: ``auto`` (every runtime that runs the cluster's vendor mix; the plan names the one
+    that runs it), a runtime name (``megatron``, ``rocm``, ``mindspeed``, ``flagscale``), or ``any``
+    (the what-if space: both families under Megatron's per-mesh rules, which no single runtime is known
+    to run). ``family`` narrows the plan families searched.
+
+    ``fsdp_search=True`` also searches the megatron family under Megatron-FSDP with sharded parameters
+    (``optim_grads_params``: every state sharded, parameters gathered per layer and micro-batch) and keeps
+    whichever plan is faster -- the memory lever that trades communication for state instead of recompute.
+    Only where the megatron family's runtime is upstream Megatron-LM (or the what-if space).
+
     ``optimizer_offload="auto"`` first searches with optimizer states on the device and, only if nothing
     fits, again with them offloaded to host memory (as HAPMoE does for Mixtral-L on small clusters).
-    ``export`` (``megatron`` or ``flagscale``) restricts the search to plans that target runs.
+    ``export`` (a runtime name) restricts the search to plans that runtime runs.
     EP-communication overlap not given (no ``settings``, ``overlap_ep_comm`` None) is a searched choice for
-    MoE models: the plan is searched without and with it (the latter over the plans Megatron can overlap)
-    and the faster one is kept, with its setting.
+    MoE models: the plan is searched without and with it (the latter over the megatron family's plans
+    Megatron can overlap, where upstream Megatron-LM runs that family) and the faster one is kept, with its
+    setting.
     ``progress`` is called at coarse points (per instance / sub-model) with a ``ProgressEvent``.
     """
     check_choice("solver", solver, SOLVERS)
-    fam = families_for(family, export)
+    check_choice("family", family, FAMILY_CHOICES)
     if optimizer_offload not in OFFLOAD_CHOICES:
         raise SettingsError(f"must be auto, True or False, got {optimizer_offload!r}", field="optimizer_offload")
     limit = DEFAULT_TIME_LIMIT if time_limit is None else check_time_limit(time_limit)
+    options = check_solver_options(solver_options or {})
     m, c = resolve(model, cluster, catalog)
     st = make_settings(m, settings, **settings_kw)
+    spaces = search_spaces(runtime, c, st, family, export, m)
     tries = [st]
     if optimizer_offload == "auto":
         if not st.optimizer_offload:
@@ -135,30 +240,29 @@ def solve(
     overlap_auto = settings is None and settings_kw.get("overlap_ep_comm") is None and ep_overlap_applies(m, st)
     last: Solution | None = None
     t0 = time.perf_counter()
+    # one cost model for every try: the offload retry re-prices only weights and optimizer terms
+    cm = CostModel(m, c, tries[0])
     for s in tries:
-        found: list[tuple[Solution, Settings]] = []
-        # EP-communication overlap, unless the caller chose: searched both ways, the faster plan kept
-        for s2 in (s, replace(s, overlap_ep_comm=True)) if overlap_auto else (s,):
-            # one time limit for the whole solve: every later try gets what the earlier ones left
+        # one time limit for the whole solve: every later try gets what the earlier ones left
+        left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
+        opts = {**options, "cost_model": cm.for_settings(s)}
+        sol = _run_solver(m, c, s, solver, spaces, pruning, left, opts, progress)
+        for s_alt, space in _alternatives(s, spaces, fsdp_search, overlap_auto):
             left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
-            f2 = "megatron" if s2.overlap_ep_comm and overlap_auto else fam
-            if f2 == "megatron" and fam == "hetero":
-                continue
-            sol = _run_solver(m, c, s2, solver, f2, pruning, left, solver_options or {}, progress)
-            last = sol
-            if sol.plan is not None:
-                found.append((sol, s2))
-            if sol.status == "timeout":
-                break
-        if found:
-            sol, s2 = min(found, key=lambda x: x[0].objective_s)
-            out = finalize(sol, m, c, s2)
+            # FSDP and EP overlap change more than the offload terms a shared cost model re-prices: each
+            # alternative prices with its own cost model
+            alt = _run_solver(m, c, s_alt, solver, space, pruning, left, options, progress)
+            if alt.plan is not None and (sol.plan is None or alt.objective_s < sol.objective_s):
+                sol, s = alt, s_alt
+        last = sol
+        if sol.plan is not None:
+            out = finalize(sol, m, c, s)
             gbs_given = settings is not None or settings_kw.get("global_batch_size") is not None
             warn = None if gbs_given else idle_warning(out, c)
             if warn:
                 log.warning("%s", warn)
             return out
-        if last is not None and last.status == "timeout":
+        if sol.status == "timeout":
             break
     from hapmoe_milp.search.diagnose import diagnose
     from hapmoe_milp.search.dp import families
@@ -170,7 +274,14 @@ def solve(
             f"--time-limit {max(2 * limit, 60):g} (time_limit= in Python)",
             constraint="time",
         )
-    raise diagnose(m, c, tries[-1], families(fam))
+    # explaining infeasibility is bounded too: what is left of the limit, at least DIAGNOSE_MIN_S
+    raise diagnose(
+        m,
+        c,
+        tries[-1],
+        families(_family_arg(spaces)),
+        Deadline.after(max(DIAGNOSE_MIN_S, limit - (time.perf_counter() - t0))),
+    )
 
 
 def explain(sol: Solution) -> dict[str, Any]:
@@ -240,8 +351,44 @@ def idle_warning(sol: Solution, cluster: ClusterSpec) -> str | None:
 
 def ep_overlap_applies(m: ModelSpec, st: Settings) -> bool:
     """Whether ``solve`` searches EP-communication overlap both ways: an MoE model on a dispatcher Megatron
-    overlaps (alltoall, flex) with at most one MTP layer (export rule ``rule_ep_overlap_requirements``)."""
-    return m.is_moe and st.dispatcher in ("alltoall", "flex") and m.mtp_num_layers <= 1
+    overlaps (alltoall, flex) with at most one MTP layer (export rule ``rule_ep_overlap_requirements``), and no CUDA graph Megatron refuses with it (only Transformer
+    Engine graphs, not of ``moe`` or ``mlp``: TransformerConfig.__post_init__ at core_v0.16.0)."""
+    graphs_ok = st.cuda_graph_scope == "none" or (
+        st.cuda_graph_scope != "layer" and not {"moe", "mlp"} & graph_parts(st.cuda_graph_scope)
+    )
+    return m.is_moe and st.dispatcher in ("alltoall", "flex") and m.mtp_num_layers <= 1 and graphs_ok
+
+
+def _alternatives(
+    s: Settings, spaces: dict[str, Runtime | None], fsdp_search: bool, overlap_auto: bool
+) -> list[tuple[Settings, dict[str, Runtime | None]]]:
+    """Settings searched besides ``s``, each over its own space: Megatron-FSDP (``fsdp_search``) and
+    EP-communication overlap (unless the caller chose it), both only on upstream Megatron-LM's space."""
+    space = _upstream_space(spaces)
+    out: list[tuple[Settings, dict[str, Runtime | None]]] = []
+    if not space:
+        return out
+    if fsdp_search and s.fsdp == "none" and not s.optimizer_offload:
+        out.append((replace(s, fsdp="optim_grads_params"), space))
+    if overlap_auto:
+        out.append((replace(s, overlap_ep_comm=True), space))
+    return out
+
+
+def _upstream_space(spaces: dict[str, Runtime | None]) -> dict[str, Runtime | None]:
+    """The megatron family's space when its runtime is upstream Megatron-LM or the what-if space; empty
+    otherwise. Upstream has what the alternatives need: ``--use-megatron-fsdp`` (our export writes it) and
+    ``--overlap-moe-expert-parallel-comm`` (TransformerConfig at core_v0.16.0, 3bec9aa9). MindSpeed-LLM's
+    Megatron core_v0.12.1 (a845aa7e) has neither overlap option, and the ROCm fork's pinned arguments were
+    not checked for it, so neither is searched there."""
+    if "megatron" not in spaces:
+        return {}
+    rt = spaces["megatron"]
+    return {"megatron": rt} if rt is None or rt.name == "megatron" else {}
+
+
+def _family_arg(spaces: dict[str, Runtime | None]) -> str:
+    return "both" if len(spaces) > 1 else next(iter(spaces))
 
 
 def _run_solver(
@@ -249,7 +396,7 @@ def _run_solver(
     c: ClusterSpec,
     st: Settings,
     solver: str,
-    family: str,
+    spaces: dict[str, Runtime | None],
     pruning: Pruning | None,
     time_limit: float | None,
     options: dict[str, Any],
@@ -257,8 +404,20 @@ def _run_solver(
 ) -> Solution:
     from hapmoe_milp.search.dp import solve_dp
 
+    family = _family_arg(spaces)
     if solver == "dp":
-        return solve_dp(m, c, st, family=family, pruning=pruning, time_limit=time_limit, progress=progress)
+        cm = options.get("cost_model")
+        return solve_dp(
+            m,
+            c,
+            st,
+            family=family,
+            pruning=pruning,
+            time_limit=time_limit,
+            progress=progress,
+            cost_model=cm,
+            runtimes=spaces,
+        )
     if solver in EXACT_SOLVERS:
         try:
             from hapmoe_milp.search import exact
@@ -273,6 +432,7 @@ def _run_solver(
             pruning=pruning,
             time_limit=time_limit,
             progress=progress,
+            runtimes=spaces,
             **options,
         )
     raise SolverError(f"unknown solver {solver!r}")
@@ -304,6 +464,8 @@ __all__ = [
     "idle_warning",
     "make_settings",
     "resolve",
+    "runtime_label",
+    "search_spaces",
     "solve",
     "timeout_hint",
 ]

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hapmoe_milp.config import EXACT_SOLVERS, Settings
+from hapmoe_milp.deadline import NO_DEADLINE, Deadline, TimeLimitReached
 from hapmoe_milp.errors import SolverError
 from hapmoe_milp.instance import build_instances, groups
 from hapmoe_milp.plan import Plan
@@ -37,8 +38,13 @@ DP_EXACT_MAX_WORK = 5e9
 FLOAT_TOLERANCE = 1e-9
 
 
-def dp_exact_work(model: ModelSpec, cluster: ClusterSpec, settings: Settings, family: str) -> float:
-    """Estimated work of the unpruned DP (see :data:`DP_EXACT_MAX_WORK`), to decide whether to run it."""
+def dp_exact_work(
+    model: ModelSpec, cluster: ClusterSpec, settings: Settings, family: str, deadline: Deadline = NO_DEADLINE
+) -> float:
+    """Estimated work of the unpruned DP (see :data:`DP_EXACT_MAX_WORK`), to decide whether to run it.
+
+    Raises :class:`~hapmoe_milp.deadline.TimeLimitReached` when ``deadline`` passes while it counts (on
+    thousands of devices counting alone takes seconds)."""
     from hapmoe_milp.search.dp import families
 
     n = len(model.layer_kinds)
@@ -48,7 +54,7 @@ def dp_exact_work(model: ModelSpec, cluster: ClusterSpec, settings: Settings, fa
     work = 0.0
     pr = Pruning.off()
     for fam in families(family):
-        for inst in build_instances(model, cluster, settings, fam, pr, max_vpp=pr.max_vpp):
+        for inst in deadline.each(build_instances(model, cluster, settings, fam, pr, max_vpp=pr.max_vpp), "sizing"):
             biggest = max((len(g) for g in groups(inst).values()), default=0)
             # an interleaved instance is searched at its allowed depths only (the deepest sets the slots)
             slots = k if inst.vpp <= 1 else max((p for p in inst.vpp_depths() if p <= k), default=0)
@@ -99,7 +105,10 @@ def _run(
     if name == "dp":
         return solve_dp(model, cluster, settings, family=family, pruning=Pruning(), time_limit=time_limit)
     if name == "dp-exact":
-        work = dp_exact_work(model, cluster, settings, family)
+        try:
+            work = dp_exact_work(model, cluster, settings, family, Deadline.after(time_limit))
+        except TimeLimitReached:
+            return "skipped: its time ran out while sizing the instance for the unpruned DP"
         limit = float(options.get("dp_exact_max_work", DP_EXACT_MAX_WORK))
         if work > limit:
             return f"skipped: instance too large for the unpruned DP (~{work:.1e} transitions > {limit:.0e})"
@@ -137,9 +146,13 @@ def compare_solvers(
     time_limit: float | None = 60.0,
     family: str = "both",
     warm_start: bool = False,
+    budget_s: float | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Run each solver on the same problem and cross-check them.
+
+    ``time_limit`` caps each solver; ``budget_s`` (the CLI's ``--time-limit``) bounds the whole call: each
+    solver gets an equal share of what the ones before it left (a fast DP leaves its share to the rest).
 
     Returns ``results`` (one row per solver: status, objective, bound, gap, wall time, stated tolerance,
     plan summary, message), ``agree`` (every pair of *optimal* results within their stated tolerances;
@@ -151,12 +164,13 @@ def compare_solvers(
     for name in solvers:
         if name not in SOLVERS:
             raise SolverError(f"unknown solver {name!r} for compare; choose from {', '.join(SOLVERS)}")
-    sols, results = _run_all(model, cluster, settings, solvers, family, time_limit, warm_start, options)
+    clock = Deadline.after(budget_s)
+    sols, results = _run_all(model, cluster, settings, solvers, family, time_limit, warm_start, options, clock)
     if any(r["status"] == "infeasible" for r in results):
         from hapmoe_milp.search.diagnose import diagnose
         from hapmoe_milp.search.dp import families
 
-        why = str(diagnose(model, cluster, settings, families(family)))
+        why = str(diagnose(model, cluster, settings, families(family), Deadline.after(max(1.0, clock.left()))))
         for r in results:
             if r["status"] == "infeasible":
                 r["message"] = why  # one explanation for every solver
@@ -181,6 +195,7 @@ def compare_solvers(
         "cluster": cluster.name,
         "family": family,
         "time_limit_s": time_limit,
+        "budget_s": budget_s,
         "results": results,
         "agree": _agreement(sols, with_plan, optimal),
         "consistent": _consistent(sols, best_obj),
@@ -204,13 +219,19 @@ def _run_all(
     time_limit: float | None,
     warm_start: bool,
     options: dict[str, Any],
+    clock: Deadline = NO_DEADLINE,
 ) -> tuple[dict[str, Solution], list[dict[str, Any]]]:
-    """Each solver in turn: its solution (unless skipped) and its report row."""
+    """Each solver in turn: its solution (unless skipped) and its report row. Under a ``clock`` each solver
+    gets an equal share of the time the ones before it left (``time_limit`` still caps it)."""
     sols: dict[str, Solution] = {}
     results: list[dict[str, Any]] = []
     hint: Plan | None = None
-    for name in solvers:
-        out = _run(name, model, cluster, settings, family, time_limit, hint, options)
+    for i, name in enumerate(solvers):
+        limit = time_limit
+        if clock.at is not None:
+            share = max(0.05, clock.left() / (len(solvers) - i))
+            limit = share if limit is None else min(limit, share)
+        out = _run(name, model, cluster, settings, family, limit, hint, options)
         if isinstance(out, str):
             results.append(
                 {
@@ -220,6 +241,7 @@ def _run_all(
                     "bound_s": math.nan,
                     "gap": math.nan,
                     "wall_s": 0.0,
+                    "time_limit_s": limit,
                     "tolerance_s": 0.0,
                     "plan": [],
                     "message": out,
@@ -237,6 +259,7 @@ def _run_all(
                 "bound_s": out.bound_s,
                 "gap": out.gap,
                 "wall_s": out.wall_s,
+                "time_limit_s": limit,
                 "proved_by": out.stats.get("proved_by") if out.status == "optimal" else None,
                 "tolerance_s": _tolerance(out),
                 "plan": [s.label() for s in out.plan.stages] if out.plan is not None else [],
@@ -295,6 +318,33 @@ def _diffs(with_plan: dict[str, Solution], ref_name: str | None) -> dict[str, li
     return diffs
 
 
+def _num(v: Any, fmt: str) -> str:
+    """A number for the table; no number (no plan, no bound) is ``-``, never ``nan`` or ``inf``."""
+    return format(v, fmt) if isinstance(v, int | float) and math.isfinite(v) else "-"
+
+
+def without_plan(report: dict[str, Any]) -> list[str]:
+    """``solver: why`` for every solver that returned no plan (timeout, infeasible, skipped)."""
+    out = []
+    for r in report["results"]:
+        if not r["plan"]:
+            why = {"timeout": f"timeout after {r['wall_s']:.1f} s", "skipped": r["message"]}.get(
+                r["status"], r["status"]
+            )
+            out.append(f"{r['solver']}: {why}")
+    return out
+
+
+def nothing_found(report: dict[str, Any]) -> str | None:
+    """One line saying that no solver found a plan and why each did not, or None when one did."""
+    if any(r["plan"] for r in report["results"]):
+        return None
+    infeasible = [r for r in report["results"] if r["status"] == "infeasible"]
+    if infeasible:
+        return f"no plan fits: {infeasible[0]['message']}"
+    return "no solver found a plan (" + "; ".join(without_plan(report)) + "); give them more time with --time-limit"
+
+
 def format_markdown(report: dict[str, Any]) -> str:
     """The comparison as a markdown table (for the CLI and the bench)."""
     lines = [
@@ -308,14 +358,16 @@ def format_markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in report["results"]:
-        gap = r["gap"]
         lines.append(
-            f"| {r['solver']} | {r['status']} | {r['objective_s']:.6g} | {r['bound_s']:.6g} | "
-            f"{'' if gap != gap else f'{gap:.2%}'} | {r['wall_s']:.1f} | {len(r['plan'])} |"
+            f"| {r['solver']} | {r['status']} | {_num(r['objective_s'], '.6g')} | {_num(r['bound_s'], '.6g')} | "
+            f"{_num(r['gap'], '.2%')} | {r['wall_s']:.1f} | {len(r['plan']) or '-'} |"
         )
     opt = report.get("proven_optimum_s", math.nan)
     dist = report.get("dp_distance_to_optimum", math.nan)
     lines.append("")
+    missing = without_plan(report)
+    if missing:
+        lines.append("no plan from " + "; ".join(missing))
     if opt == opt:
         line = f"proven optimum {opt:.6g} s (by {', '.join(report.get('proved_by', []))})"
         if dist == dist:
@@ -326,4 +378,99 @@ def format_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["DP_EXACT_MAX_WORK", "SOLVERS", "compare_solvers", "dp_exact_work", "format_markdown", "plan_diff"]
+__all__ = [
+    "DP_EXACT_MAX_WORK",
+    "SOLVERS",
+    "compare_runtimes",
+    "compare_solvers",
+    "dp_exact_work",
+    "format_markdown",
+    "format_runtimes_markdown",
+    "nothing_found",
+    "plan_diff",
+    "without_plan",
+]
+
+
+# ---------------------------------------------------------------------- runtimes side by side
+def compare_runtimes(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    settings: Settings,
+    *,
+    solver: str = "dp",
+    time_limit: float | None = None,
+    optimizer_offload: bool | str = "auto",
+) -> dict[str, Any]:
+    """The best plan per runtime that runs the cluster's vendor mix, and the what-if space (``any``) next
+    to them: what each runtime's limits (no VPP with per-stage meshes, CP 1, ...) cost on this cluster.
+
+    Each row is one search (``api.solve`` with ``runtime=``); a runtime with no plan says why."""
+    from hapmoe_milp.api import solve
+    from hapmoe_milp.errors import HapmoeError
+    from hapmoe_milp.runtimes import ANY, runtimes_for
+
+    rows: list[dict[str, Any]] = []
+    for name in [r.name for r in runtimes_for(cluster)] + [ANY]:
+        row: dict[str, Any] = {"runtime": name}
+        try:
+            sol = solve(
+                model,
+                cluster,
+                solver,
+                settings=settings,
+                runtime=name,
+                time_limit=time_limit,
+                optimizer_offload=optimizer_offload,
+            )
+        except HapmoeError as exc:
+            row.update({"status": "no plan", "why": exc.detail})
+            rows.append(row)
+            continue
+        plan = sol.plan
+        assert plan is not None
+        pred = plan.predicted
+        row.update(
+            {
+                "status": sol.status,
+                "family": plan.family,
+                "pp": plan.pp,
+                "vpp": plan.vpp,
+                "iteration_time_s": sol.objective_s,
+                "tokens_per_s": pred.get("tokens_per_s"),
+                "mfu": pred.get("mfu"),
+                "stages": [s.label() for s in plan.stages],
+            }
+        )
+        rows.append(row)
+    best_any = next((r.get("iteration_time_s") for r in rows if r["runtime"] == ANY), None)
+    for r in rows:
+        t = r.get("iteration_time_s")
+        r["vs_any"] = t / best_any if t and best_any else None
+    runnable = [r for r in rows if r["runtime"] != ANY and r.get("iteration_time_s")]
+    fastest = min(runnable, key=lambda r: r["iteration_time_s"])["runtime"] if runnable else None
+    return {"model": model.name, "cluster": cluster.name, "solver": solver, "rows": rows, "fastest_runnable": fastest}
+
+
+def format_runtimes_markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"# {report['model']} on {report['cluster']}: best plan per runtime ({report['solver']})",
+        "",
+        "| runtime | family | PP | VPP | iteration s | tokens/s | MFU | vs any | status |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in report["rows"]:
+        if r.get("iteration_time_s") is None:
+            lines.append(f"| {r['runtime']} | | | | | | | | no plan: {r.get('why', '')} |")
+            continue
+        mfu = f"{100 * r['mfu']:.1f}%" if isinstance(r.get("mfu"), float) else ""
+        tps = f"{r['tokens_per_s']:,.0f}" if isinstance(r.get("tokens_per_s"), (int, float)) else ""
+        vs = f"{r['vs_any']:.3f}" if r.get("vs_any") else ""
+        lines.append(
+            f"| {r['runtime']} | {r['family']} | {r['pp']} | {r['vpp']} | {r['iteration_time_s']:.4f} | {tps} | "
+            f"{mfu} | {vs} | {r['status']} |"
+        )
+    lines += ["", "`any` is the what-if space: no single runtime is known to run its plan."]
+    if report.get("fastest_runnable"):
+        lines.append(f"Fastest runnable: {report['fastest_runnable']} (what `--runtime auto` returns).")
+    return "\n".join(lines) + "\n"

@@ -17,10 +17,49 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, Protocol
 
 from hapmoe_milp.errors import SettingsError
-from hapmoe_milp.limits import MAX_BATCH, MAX_DEVICES, MAX_IMBALANCE, MAX_SEQ_LENGTH, MAX_TIME_LIMIT_S
+from hapmoe_milp.limits import (
+    MAX_BATCH,
+    MAX_DEVICES,
+    MAX_IMBALANCE,
+    MAX_SEQ_LENGTH,
+    MAX_THREADS,
+    MAX_TIME_LIMIT_S,
+)
 
-RECOMPUTE_LEVELS = ("none", "selective", "full")
-Recompute = Literal["none", "selective", "full"]
+#: Megatron's ``--recompute-modules`` choices (TransformerConfig at core_v0.16.1); exports list them in this order.
+RECOMPUTE_MODULES: tuple[str, ...] = (
+    "core_attn",
+    "moe_act",
+    "layernorm",
+    "mla_up_proj",
+    "mlp",
+    "moe",
+    "shared_experts",
+)
+#: The recompute ladder the search walks, cheapest first (cost/recompute.py argues why these bundles).
+#: ``selective`` is ``layernorm`` + ``moe_act``; ``sel-mlp`` adds the GEMM-only modules (dense MLP, shared
+#: experts, MLA up-projections); ``sel-moe`` recomputes whole MoE blocks (dispatch included); ``full`` whole
+#: layers. Besides these a stage may name any module set (``"core_attn,mlp"``), block recompute of its
+#: first K layers per chunk (``"full:K"``) or uniform groups of N layers (``"uniform:N"``).
+RECOMPUTE_LEVELS = ("none", "selective", "sel-mlp", "sel-moe", "full")
+LADDER_MODULES: dict[str, tuple[str, ...]] = {
+    "selective": ("layernorm", "moe_act"),
+    "sel-mlp": ("layernorm", "moe_act", "mla_up_proj", "mlp", "shared_experts"),
+    "sel-moe": ("layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"),
+}
+Recompute = str
+FSDP_STRATEGIES: tuple[str, ...] = ("none", "optim", "optim_grads", "optim_grads_params")
+OFFLOAD_MODULES: tuple[str, ...] = (
+    "attn_norm",
+    "qkv_linear",
+    "core_attn",
+    "attn_proj",
+    "mlp_norm",
+    "expert_fc1",
+    "moe_act",
+)
+STATE_DTYPES: tuple[str, ...] = ("fp32", "bf16")
+MAIN_PARAM_DTYPES: tuple[str, ...] = ("fp32", "fp16")
 Family = Literal["megatron", "hetero"]
 FAMILIES: tuple[str, ...] = ("megatron", "hetero")
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
@@ -145,6 +184,83 @@ def check_time_limit(v: Any, name: str = "time_limit") -> float:
     return check_float(name, v, 0.0, MAX_TIME_LIMIT_S, lo_open=True, what="a number of seconds")
 
 
+#: Exact-solver options a preset or the Python API may set: ``backend`` names the exact model for ``auto``
+#: (cpsat, milp) or the MILP library (highs, cbc).
+SOLVER_BACKENDS: tuple[str, ...] = ("cpsat", "milp", "highs", "cbc")
+
+
+def check_solver_options(opts: Any) -> dict[str, Any]:
+    """``threads``, ``relative_gap`` and ``backend`` checked; other keys (backend tuning such as
+    ``resolution_s``) pass through to the solver untouched."""
+    if not isinstance(opts, dict):
+        raise SettingsError(f"must be a mapping of option: value, got {type(opts).__name__}", field="solver_options")
+    out = dict(opts)
+    if out.get("threads") is not None:
+        out["threads"] = check_int("threads", out["threads"], 1, MAX_THREADS)
+    if out.get("relative_gap") is not None:
+        out["relative_gap"] = check_float("relative_gap", out["relative_gap"], 0.0, 1.0, what="a fraction")
+    if out.get("backend") is not None:
+        out["backend"] = check_choice("backend", out["backend"], SOLVER_BACKENDS)
+    return out
+
+
+# ---------------------------------------------------------------------- recompute
+@dataclass(frozen=True)
+class RecomputeSpec:
+    """One stage's activation recompute, as Megatron expresses it.
+
+    ``granularity`` none / selective / full; ``modules`` for selective (Megatron's names); ``method``
+    (``block`` or ``uniform``) and ``num_layers`` for full: block recomputes the first ``num_layers`` layers
+    of every model chunk (0 = all of them, what ``full`` means), uniform checkpoints groups of
+    ``num_layers`` layers."""
+
+    name: str
+    granularity: str
+    modules: tuple[str, ...] = ()
+    method: str = "block"
+    num_layers: int = 0
+
+    @property
+    def full_layers(self) -> bool:
+        """Every layer is recomputed whole (plain ``full``, or uniform groups)."""
+        return self.granularity == "full" and (self.method == "uniform" or self.num_layers == 0)
+
+
+def parse_recompute(value: Any, name: str = "recompute") -> RecomputeSpec:
+    """A recompute value: a ladder level (``none, selective, sel-mlp, sel-moe, full``), ``full:K`` (block, first K
+    layers per chunk), ``uniform:N``, or a comma-separated set of Megatron recompute modules."""
+    if not isinstance(value, str) or not value:
+        raise SettingsError(f"must be a recompute level or module list, got {_show(value)}", field=name)
+    if value == "none":
+        return RecomputeSpec("none", "none")
+    if value == "full":
+        return RecomputeSpec("full", "full")
+    if value in LADDER_MODULES:
+        return RecomputeSpec(value, "selective", LADDER_MODULES[value])
+    head, sep, tail = value.partition(":")
+    if sep and head in ("full", "uniform"):
+        k = check_int(name, int(tail) if tail.isdigit() else tail, 1, 1_000_000)
+        return RecomputeSpec(f"{head}:{k}", "full", method="block" if head == "full" else "uniform", num_layers=k)
+    mods = [m.strip() for m in value.split(",")]
+    bad = [m for m in mods if m not in RECOMPUTE_MODULES]
+    if bad or not mods:
+        raise SettingsError(
+            f"must be one of {', '.join(RECOMPUTE_LEVELS)}, full:K, uniform:N or modules from "
+            f"{', '.join(RECOMPUTE_MODULES)}; got {_show(value)}",
+            field=name,
+        )
+    canon = tuple(m for m in RECOMPUTE_MODULES if m in mods)
+    for level, ms in LADDER_MODULES.items():
+        if tuple(sorted(ms)) == tuple(sorted(canon)):
+            return RecomputeSpec(level, "selective", ms)
+    return RecomputeSpec(",".join(canon), "selective", canon)
+
+
+def check_recompute(value: Any, name: str = "recompute") -> str:
+    """The canonical spelling of a recompute value (raises SettingsError naming ``name``)."""
+    return parse_recompute(value, name).name
+
+
 # ---------------------------------------------------------------------- parallel config
 @dataclass(frozen=True, order=True)
 class ParallelConfig:
@@ -198,14 +314,27 @@ class Settings:
     # TP all-gather/reduce-scatter overlapped with the GEMMs they feed (Megatron --tp-comm-overlap with
     # Transformer Engine userbuffers; MindSpeed --use-mc2 fuses them into the matmul kernels)
     tp_comm_overlap: bool = False
-    # Gradient reduce-scatter/all-reduce in FP32 (Megatron-LM forces it for BF16 unless --grad-reduce-in-bf16;
-    # NeMo/Megatron-Bridge performance recipes turn it off) and FP8 parameter all-gather (--fp8-param-gather).
-    grad_reduce_in_fp32: bool = True
-    fp8_param_gather: bool = False
     # CUDA graphs: "none", "layer" (whole layers) or a comma-separated list of CUDA_GRAPH_PARTS
     cuda_graph_scope: str = "none"
-    memory_headroom: float = 0.05
+    # The capacity rule: a rank fits when allocated * (1 + fragmentation) + context + buffers <= capacity *
+    # (1 - memory_headroom) (cost/memory.py). Default 0: fragmentation, context and DeepEP buffers are named
+    # device terms, and public runs used up to 99.4% of the visible memory (GLM-5.2 on H100, device-level peak
+    # 79.10 of ~79.6 GiB; FlagPerf Llama3-8B PP2DP4 on A800 76/80 GiB), so any reserve above 0.6% would call
+    # runs that really ran infeasible. Raise it to plan with a safety margin.
+    memory_headroom: float = 0.0
     optimizer_offload: bool = False
+    # Model-state precision (Megatron: --grad-reduce-in-bf16, --fp8-param-gather, the precision-aware
+    # optimizer's --exp-avg-dtype/--exp-avg-sq-dtype and --main-params-dtype); cost/memory.py prices them.
+    grad_reduce_in_bf16: bool = False
+    fp8_param_gather: bool = False
+    optimizer_state_dtype: str = "fp32"
+    main_params_dtype: str = "fp32"
+    # Megatron-FSDP (--use-megatron-fsdp --data-parallel-sharding-strategy ...); "none" = DDP/distributed optimizer
+    fsdp: str = "none"
+    # Fine-grained activation offloading (--fine-grained-activation-offloading --offload-modules ...)
+    offload_modules: tuple[str, ...] = ()
+    # Hidden and attention dropout on (Megatron's default 0.1: dropout masks are stored) or off (0.0)
+    dropout: bool = False
     # Host side of optimizer offload (HAPMoE offloads FP32 optimizer states for Mixtral-L on its smallest
     # clusters). Assumptions, not measurements: per-device host-link share and CPU Adam rate per rank.
     offload_host_GBps: float = 10.0
@@ -220,7 +349,12 @@ class Settings:
         return replace(self, **kw)  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Field -> value, JSON-shaped (tuples as lists), so it equals what a plan file reads back."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+
+
+def _jsonable(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else v
 
 
 def _checked(s: Settings) -> dict[str, Any]:
@@ -246,16 +380,46 @@ def _checked(s: Settings) -> dict[str, Any]:
         "overlap_param_gather",
         "overlap_ep_comm",
         "tp_comm_overlap",
-        "grad_reduce_in_fp32",
-        "fp8_param_gather",
     ):
         out[name] = check_bool(name, getattr(s, name))
     out["optimizer_offload"] = check_bool("optimizer_offload", s.optimizer_offload)
+    for name in ("grad_reduce_in_bf16", "fp8_param_gather", "dropout"):
+        out[name] = check_bool(name, getattr(s, name))
+    out["optimizer_state_dtype"] = check_choice("optimizer_state_dtype", s.optimizer_state_dtype, STATE_DTYPES)
+    out["main_params_dtype"] = check_choice("main_params_dtype", s.main_params_dtype, MAIN_PARAM_DTYPES)
+    out["fsdp"] = check_choice("fsdp", s.fsdp, FSDP_STRATEGIES)
+    out["offload_modules"] = check_offload_modules(s.offload_modules)
+    if out["fp8_param_gather"] and out["precision"] != "fp8":
+        raise SettingsError("needs precision fp8", field="fp8_param_gather")
+    if out["fsdp"] != "none" and out["optimizer_offload"]:
+        raise SettingsError("Megatron-FSDP and optimizer CPU offload are not combined here", field="fsdp")
+    if (out["optimizer_state_dtype"] != "fp32" or out["main_params_dtype"] != "fp32") and not out[
+        "distributed_optimizer"
+    ]:
+        raise SettingsError(
+            "the precision-aware optimizer needs the distributed optimizer", field="optimizer_state_dtype"
+        )
     if out["global_batch_size"] % out["micro_batch_size"]:
         raise SettingsError(
             f"{out['micro_batch_size']} does not divide the global batch size {out['global_batch_size']}",
             field="micro_batch_size",
         )
+    return out
+
+
+def check_offload_modules(v: Any, name: str = "offload_modules") -> tuple[str, ...]:
+    """Megatron's fine-grained activation offload modules, canonical order; ``attn_proj`` needs ``core_attn``
+    (TransformerConfig rejects it alone)."""
+    if isinstance(v, str):
+        v = tuple(x.strip() for x in v.split(",") if x.strip())
+    if not isinstance(v, list | tuple) or not all(isinstance(x, str) for x in v):
+        raise SettingsError(f"must be a list of module names, got {_show(v)}", field=name)
+    bad = [x for x in v if x not in OFFLOAD_MODULES]
+    if bad:
+        raise SettingsError(f"must be modules from {', '.join(OFFLOAD_MODULES)}, got {bad[0]!r}", field=name)
+    out = tuple(m for m in OFFLOAD_MODULES if m in v)
+    if "attn_proj" in out and "core_attn" not in out:
+        raise SettingsError("attn_proj can only be offloaded together with core_attn", field=name)
     return out
 
 

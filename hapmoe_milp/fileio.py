@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -91,9 +92,26 @@ def check_output_file(path: str | Path, field: str) -> Path:
             raise OutputError(f"folder {parent} is not writable", source=str(p), field=field)
         if p.exists() and not os.access(p, os.W_OK):
             raise OutputError("exists and is not writable", source=str(p), field=field)
+        check_regular(p, field)
     except (OSError, ValueError) as exc:
         raise OutputError(f"not a usable path: {exc}", source=str(p), field=field) from None
     return p
+
+
+def check_regular(path: str | Path, field: str) -> None:
+    """An existing output must be a regular file: writing a plan "atomically" over a FIFO, a socket or a
+    device (``/dev/full``, ``/dev/stdout``) would replace the special file itself with ours."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as exc:
+        raise OutputError(f"not a usable path: {exc}", source=str(p), field=field) from None
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        raise OutputError(
+            "is not a regular file (a device, FIFO or socket); give a file name", source=str(p), field=field
+        )
 
 
 def check_output_dir(path: str | Path, field: str) -> Path:

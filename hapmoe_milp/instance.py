@@ -12,16 +12,20 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hapmoe_milp.config import RECOMPUTE_LEVELS, Family, ParallelConfig, Settings
+from hapmoe_milp.config import RECOMPUTE_LEVELS, Family, ParallelConfig, Settings, parse_recompute
 from hapmoe_milp.cost.model import CostModel, LayerCost
 from hapmoe_milp.cost.pipeline import in_flight, pipeline_coefficients
 from hapmoe_milp.plan import Plan, Stage
-from hapmoe_milp.space import PruneCounter, Pruning, configs, stage_sizes
+from hapmoe_milp.space import PruneCounter, Pruning, StageRules, configs, runtime_allows, stage_rules, stage_sizes
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import LayerKind, ModelSpec
+
+if TYPE_CHECKING:  # the runtime is read through the instance; only its type is named here
+    from hapmoe_milp.runtimes import Runtime
 
 ATTRS = ("fwd", "bwd", "weights", "act", "rs", "ag", "opt")
 
@@ -113,6 +117,8 @@ class Instance:
     pruning: Pruning
     counter: PruneCounter = field(default_factory=PruneCounter)
     vpp: int = 1  # virtual pipeline chunks per stage (interleaved 1F1B); 1 = plain 1F1B
+    #: the runtime whose rules the plans must meet (None: the what-if space, Megatron's per-mesh rules only)
+    runtime: Runtime | None = None
 
     @property
     def layer_kinds(self) -> tuple[LayerKind, ...]:
@@ -164,13 +170,15 @@ class Instance:
         leading block of another kind (``ceil(n / v) >= lead``, i.e. ``n >= (lead - 1) v + 1``;
         :func:`vpp_lead`). The DP and the exact formulation both read it."""
         v = self.vpp
-        if v <= 1:
-            return 1, 1, 1
         mtp = sum(1 for k in self.layer_kinds if k == "mtp")
+        # a runtime whose layer split counts decoder layers per stage needs one beside the MTP layers
+        last_dec = mtp + 1 if mtp and self.runtime is not None and self.runtime.mtp_with_decoder else 1
+        if v <= 1:
+            return 1, last_dec, 1
         lead = vpp_lead(self.model) or 0
         last = v + mtp - 1 if mtp else v - 1
         first = max(v, (lead - 1) * v + 1) if lead else v - 1  # a leading block must sit in the first chunk
-        return v, last, first
+        return v, max(last, last_dec), first
 
     @property
     def inventory(self) -> dict[str, int]:
@@ -182,8 +190,14 @@ class Instance:
 
     def make_plan(self, stages: tuple[Stage, ...]) -> Plan:
         """The plan of ``stages`` under this instance's settings: every solver builds its plans here, so
-        a plan always carries exactly what it was solved under (all settings, and both specs)."""
-        return Plan.from_settings(self.model, self.cluster, self.family, stages, self.settings, vpp=self.vpp)
+        a plan always carries exactly what it was solved under (all settings, both specs, the runtime)."""
+        plan = Plan.from_settings(self.model, self.cluster, self.family, stages, self.settings, vpp=self.vpp)
+        return plan.with_runtime(self.runtime)
+
+    @property
+    def stage_rules(self) -> StageRules:
+        """The runtime rules that tie stages together, which the solvers enforce (options alone cannot)."""
+        return stage_rules(self.runtime, self.model, self.settings)
 
     def p2p(self, src: Option, dst_device: str, dst_devices: int) -> float:
         """The boundary's transfers per micro-batch (per virtual chunk when interleaved)."""
@@ -301,6 +315,7 @@ def build_options(
     pruning: Pruning,
     counter: PruneCounter,
     config_cache: dict[tuple[int, int], list[ParallelConfig]] | None = None,
+    runtime: Runtime | None = None,
 ) -> list[Option]:
     st = cm.settings
     kinds_seq = model.layer_kinds
@@ -310,10 +325,11 @@ def build_options(
     opts: list[Option] = []
     large = family == "hetero" and 0 < pruning.large_cluster < cluster.world_size
     # FlagScale expresses per-stage recompute only as none/full (per stage and micro-batch)
-    levels = RECOMPUTE_LEVELS if family == "megatron" else ("none", "full")
+    levels = search_levels(model) if family == "megatron" else ("none", "full")
+    if runtime is not None:
+        levels = tuple(lv for lv in levels if lv in runtime.recompute)
     for did in cluster.device_types:
         node = cluster.node_size(did)
-        cap = cm.capacity(did)
         for g in stage_sizes(cluster, did):
             if large and g < node:
                 counter.add("large_cluster")
@@ -328,8 +344,12 @@ def build_options(
                     continue
                 if family == "hetero" and cfg.cp > 1:
                     continue  # FlagScale's heterogeneous ParallelContext rejects context parallelism
+                if runtime is not None and not runtime_allows(runtime, cfg):
+                    counter.add("runtime")
+                    continue
                 b = samples_per_mb // cfg.dp
                 band = (1, n)  # narrowed below when the layer-band rule is on
+                cap = cm.capacity(did, cfg)
                 for r in levels:
                     opts.append(Option(-1, did, cfg, r, b, cap, band, kinds_seq, cm))
     if pruning.layer_band and opts:
@@ -379,6 +399,22 @@ def build_options(
     return out
 
 
+def search_levels(model: ModelSpec) -> tuple[str, ...]:
+    """The recompute ladder (config.RECOMPUTE_LEVELS, argued in cost/recompute.py) without the rungs that
+    are no-ops for this model: ``sel-mlp`` needs a dense MLP, shared experts or MLA to recompute; ``sel-moe`` needs
+    MoE layers."""
+    out = []
+    for lv in RECOMPUTE_LEVELS:
+        if lv == "sel-mlp" and not (
+            "dense" in model.layer_kinds or model.moe_shared_expert_intermediate_size or model.multi_latent_attention
+        ):
+            continue
+        if lv == "sel-moe" and not model.is_moe:
+            continue
+        out.append(lv)
+    return tuple(out)
+
+
 def micro_batch_steps(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -414,6 +450,7 @@ def build_instances(
     cost_model: CostModel | None = None,
     *,
     max_vpp: int = 1,
+    runtime: Runtime | None = None,
 ) -> Iterator[Instance]:
     """The instances of one family, one per micro-batch step.
 
@@ -422,18 +459,23 @@ def build_instances(
     only the pipeline coefficients and the in-flight rule do. Only instances with a valid depth
     (:meth:`Instance.vpp_depths`) and a layer sequence whose interleaved chunks price like the stage's
     contiguous range (:func:`vpp_lead`) are yielded.
+
+    ``runtime`` restricts the space to what that runtime runs (its option rules here, its VPP support, and
+    the rules tying stages together, :attr:`Instance.stage_rules`, which the solvers enforce).
     """
     pr = pruning or Pruning()
+    if runtime is not None and (not runtime.vpp or model.is_hybrid):
+        max_vpp = 1  # the runtime has none, or Megatron's hybrid (Mamba) stack has none
     cm = cost_model or CostModel(model, cluster, settings)
     cache: dict[tuple[int, int], list[ParallelConfig]] = {}
     lead = vpp_lead(model)
     overlap = settings.overlap_ep_comm and model.is_moe
     for step in micro_batch_steps(model, cluster, settings, family, cache):
         counter = PruneCounter()
-        opts = build_options(model, cluster, cm, family, step, pr, counter, cache)
+        opts = build_options(model, cluster, cm, family, step, pr, counter, cache, runtime)
         plain = opts
         if overlap:
-            opts, plain = _ep_overlap_options(opts, cluster.world_size, counter)
+            opts, plain = _ep_overlap_options(opts, model, cluster.world_size, counter)
         if not opts:
             continue
         base = Instance(
@@ -447,6 +489,7 @@ def build_instances(
             cost_model=cm,
             pruning=pr,
             counter=counter,
+            runtime=runtime,
         )
         if plain:
             yield base
@@ -458,14 +501,23 @@ def build_instances(
                 yield inst
 
 
-def _ep_overlap_options(opts: list[Option], world: int, counter: PruneCounter) -> tuple[list[Option], list[Option]]:
+def _ep_overlap_options(
+    opts: list[Option], model: ModelSpec, world: int, counter: PruneCounter
+) -> tuple[list[Option], list[Option]]:
     """The options Megatron's EP-communication overlap can run (``--overlap-moe-expert-parallel-comm``,
-    export rule ``rule_ep_overlap_requirements``): EP > 1 and no full recompute; and, because with PP > 1 it
-    needs virtual stages, the plain 1F1B instance keeps only whole-cluster stages (a single-stage plan).
+    export rule ``rule_ep_overlap_requirements``; TransformerConfig at core_v0.16.0): EP > 1 and no full
+    recompute of any method; no ``moe`` recompute module either (refused by core_v0.19's check, kept out
+    here so a plan runs on both). With PP > 1 it needs virtual stages, so the plain 1F1B instance keeps only
+    whole-cluster stages (a single-stage plan), and none for a model with an MTP layer (which needs PP > 1).
     Returns (options for interleaved instances, options for the plain instance), each indexed from 0."""
-    ok = [o for o in opts if o.cfg.ep > 1 and o.recompute != "full"]
+
+    def runs(o: Option) -> bool:
+        spec = parse_recompute(o.recompute)
+        return o.cfg.ep > 1 and spec.granularity != "full" and "moe" not in spec.modules
+
+    ok = [o for o in opts if runs(o)]
     counter.add("ep_overlap", len(opts) - len(ok))
-    whole = [o for o in ok if o.devices == world]
+    whole = [o for o in ok if o.devices == world] if model.mtp_num_layers == 0 else []
 
     def indexed(xs: list[Option]) -> list[Option]:
         return [replace(o, index=i) for i, o in enumerate(xs)]
@@ -545,5 +597,6 @@ __all__ = [
     "in_flight",
     "in_group",
     "micro_batch_steps",
+    "search_levels",
     "vpp_lead",
 ]

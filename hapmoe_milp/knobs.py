@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hapmoe_milp.config import RECOMPUTE_LEVELS, ParallelConfig, Settings, check_choice, check_int
+from hapmoe_milp.config import ParallelConfig, Settings, check_int, check_recompute
 from hapmoe_milp.errors import PlanError
 from hapmoe_milp.layout import layout_problems, layout_rank_layers, parse_layout
 from hapmoe_milp.limits import MAX_DEVICES
@@ -21,7 +21,7 @@ def plan_from_knobs(
     cp: int = 1,
     ep: int = 1,
     etp: int | None = None,
-    vpp: int = 1,
+    vpp: int | None = None,
     recompute: str = "none",
     layout: str | None = None,
 ) -> Plan:
@@ -32,7 +32,7 @@ def plan_from_knobs(
     says otherwise, in which case it also sets the virtual stages. ``etp`` defaults to Megatron's default
     (= ``tp``) for MoE models and to 1 for dense ones. Errors name the knob (``pp``, ``layout``, ...).
     """
-    check_choice("recompute", recompute, RECOMPUTE_LEVELS)
+    recompute = check_recompute(recompute)
     pp = check_int("pp", pp, 1, MAX_DEVICES)
     if etp is None:
         etp = tp if model.is_moe else 1
@@ -54,7 +54,10 @@ def plan_from_knobs(
         if problems:
             raise PlanError(f"{layout[:80]!r}: {problems[0]}", field="layout")
         counts = [r.total for r in layout_rank_layers(layout, pp)]
-        vpp = len(parse_layout(layout)) // pp
+        chunks = len(parse_layout(layout)) // pp
+        if vpp not in (None, 1, chunks):  # the layout sets the chunks; a different --vpp contradicts it
+            raise PlanError(f"{vpp} disagrees with the layout, which has {chunks} chunk(s) per stage", field="vpp")
+        vpp = chunks
     else:
         if n_layers % pp:
             what = f"{n_layers} layers"
@@ -63,6 +66,7 @@ def plan_from_knobs(
                 what += f" ({model.num_layers} decoder layers + {mtp} MTP layer{'s' if mtp > 1 else ''})"
             raise PlanError(f"{what} do not split evenly over pp={pp}; give a layout", field="pp")
         counts = [n_layers // pp] * pp
+        vpp = 1 if vpp is None else vpp
     stages = []
     pos = 0
     for s in range(pp):

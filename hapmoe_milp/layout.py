@@ -30,7 +30,7 @@ class StageLayers:
 LAYOUT_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
 _PAREN_RE = re.compile(r"\(([^)]+)\)\*(\d+)")
 _CHAR_RE = re.compile(r"(.)\*(\d+)")
-MAX_LAYOUT_EXPANSION = 1_000_000
+MAX_LAYOUT_EXPANSION = 1_000_000  # characters a layout may expand to (checked before expanding)
 
 
 def parse_layout(layout: str) -> list[str]:
@@ -38,15 +38,19 @@ def parse_layout(layout: str) -> list[str]:
     stage. Commas are dropped, ``(...)*n`` then ``x*n`` are expanded (no nesting), ``|`` separates stages.
     Raises ValueError on characters other than E, L, t, m (Megatron asserts)."""
     text = layout.replace(",", "")
+    if len(text) > MAX_LAYOUT_EXPANSION:
+        raise ValueError(f"is longer than {MAX_LAYOUT_EXPANSION:,} characters")
 
     def expand(rx: re.Pattern[str], s: str) -> str:
-        def rep(mt: re.Match[str]) -> str:
+        # the size of the whole result is checked before anything is built: many repeats that are each
+        # small can still add up to gigabytes (and the second pass multiplies the first)
+        size = len(s)
+        for mt in rx.finditer(s):
             n = int(mt.group(2)) if len(mt.group(2)) <= 7 else MAX_LAYOUT_EXPANSION + 1
-            if n * len(mt.group(1)) > MAX_LAYOUT_EXPANSION:
-                raise ValueError(f"repeat {mt.group(0)!r} expands to more than {MAX_LAYOUT_EXPANSION} characters")
-            return mt.group(1) * n
-
-        return rx.sub(rep, s)
+            size += n * len(mt.group(1)) - len(mt.group(0))
+            if size > MAX_LAYOUT_EXPANSION:
+                raise ValueError(f"expands to more than {MAX_LAYOUT_EXPANSION:,} characters (at {mt.group(0)[:40]!r})")
+        return rx.sub(lambda mt: mt.group(1) * int(mt.group(2)), s)
 
     text = expand(_CHAR_RE, expand(_PAREN_RE, text))
     stages = text.split("|")

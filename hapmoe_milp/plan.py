@@ -10,6 +10,11 @@ A plan is self-contained: it carries every run setting it was solved under (``ru
 (format ``hapmoe-milp/plan/v2``), so ``estimate/export/validate --plan`` need nothing else and reproduce
 the solver's numbers exactly. Files of the older ``v1`` format, which lack the settings beyond batch,
 sequence, precision, imbalance and dispatcher, are refused with a message saying so.
+
+A plan names the runtime it was searched for (``runtime``: a name from :mod:`hapmoe_milp.runtimes`, or
+``any`` for the what-if space); its file records that runtime and the upstream commits its rules were
+checked at. The field is optional within ``v2``: files written before it load with ``runtime`` None (not
+recorded), and ``validate``/``export`` then check them against the target they are given.
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ from hapmoe_milp.config import (
     Settings,
     check_choice,
     check_int,
+    check_recompute,
     settings_from_dict,
 )
 from hapmoe_milp.errors import HapmoeError, PlanError, SpecError
 from hapmoe_milp.fileio import dumps, write_text_atomic
 from hapmoe_milp.limits import MAX_LAYERS, MAX_VPP
+from hapmoe_milp.runtimes import ANY, RUNTIMES, Runtime, record
 from hapmoe_milp.specs._fields import Fields, check_name, load_document, show
 from hapmoe_milp.specs.cluster import ClusterSpec, cluster_hash, cluster_to_dict, device_hash
 from hapmoe_milp.specs.model import ModelSpec
@@ -60,7 +67,7 @@ class Stage:
             if type(v) is not int or not 0 <= v <= MAX_LAYERS:
                 object.__setattr__(self, name, check_int(name, v, 0, MAX_LAYERS))
         if self.recompute not in RECOMPUTE_LEVELS:
-            check_choice("recompute", self.recompute, RECOMPUTE_LEVELS)
+            object.__setattr__(self, "recompute", check_recompute(self.recompute))
 
     @property
     def devices(self) -> int:
@@ -74,7 +81,7 @@ class Stage:
         """One stage in a few characters: ``h800x8[TP/CP/DP/EP/ETP] sel:12`` (device x count, mesh,
         recompute when not none, layers). Every report that names a stage uses this spelling."""
         c = self.cfg
-        rec = {"none": "", "selective": " sel", "full": " full"}[self.recompute]
+        rec = {"none": "", "selective": " sel", "full": " full"}.get(self.recompute, f" {self.recompute}")
         return f"{self.device}x{self.devices}[{c.tp}/{c.cp}/{c.dp}/{c.ep}/{c.etp}]{rec}:{self.num_layers}"
 
 
@@ -103,6 +110,8 @@ class Plan:
     predicted: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     solver: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     run_settings: Settings | None = None
+    #: the runtime the plan was searched for (``any``: the what-if space; None: not recorded)
+    runtime: str | None = field(default=None, compare=False, hash=False)
     model_spec: ModelSpec | None = field(default=None, compare=False, hash=False, repr=False)
     cluster_spec: ClusterSpec | None = field(default=None, compare=False, hash=False, repr=False)
 
@@ -111,6 +120,8 @@ class Plan:
             raise PlanError("model and cluster must be names", field="model")
         if self.family not in FAMILIES:
             check_choice("family", self.family, FAMILIES)
+        if self.runtime is not None and self.runtime not in RUNTIME_NAMES:
+            check_choice("runtime", self.runtime, RUNTIME_NAMES)
         stages = tuple(self.stages)
         if not stages or not all(isinstance(st, Stage) for st in stages):
             raise PlanError("must be a non-empty sequence of stages", field="stages")
@@ -211,6 +222,11 @@ class Plan:
             dispatcher=settings.dispatcher,
         )
 
+    def with_runtime(self, runtime: Runtime | str | None) -> Plan:
+        """The plan marked as searched for ``runtime`` (a :class:`Runtime` or its name; None: ``any``)."""
+        name = runtime.name if isinstance(runtime, Runtime) else (runtime or ANY)
+        return replace(self, runtime=name)
+
     def with_specs(self, model: ModelSpec | None, cluster: ClusterSpec | None) -> Plan:
         """The plan with the specs it belongs to attached (for embedding them in its file)."""
         return replace(
@@ -263,6 +279,7 @@ class Plan:
         """The layout as a small JSON-ready mapping (no specs, no predictions): what a sweep row records."""
         return {
             "family": self.family,
+            "runtime": self.runtime,
             "pp": self.pp,
             "vpp": self.vpp,
             "num_microbatches": self.num_microbatches,
@@ -311,6 +328,7 @@ class Plan:
             "model": ident["model"],
             "cluster": ident["cluster"],
             "family": self.family,
+            **({"runtime": record(RUNTIMES.get(self.runtime))} if self.runtime is not None else {}),
             "settings": self.settings().to_dict(),
             "vpp": self.vpp,
             "num_microbatches": self.num_microbatches,
@@ -352,6 +370,13 @@ def _settings_from(f: Fields) -> Settings:
         raise exc.at(source=f.source, field=f"settings.{exc.field}") from None
 
 
+def _recompute_field(sf: Fields) -> str:
+    try:
+        return check_recompute(sf.raw("recompute", "none"))
+    except HapmoeError as exc:
+        raise exc.at(source=sf.source, field=sf.path("recompute")) from None
+
+
 def _config_from(sf: Fields) -> ParallelConfig:
     try:
         return ParallelConfig(
@@ -387,6 +412,26 @@ def _identity(f: Fields, key: str) -> tuple[str, dict[str, Any] | None, str | No
         devices = dict(dv)
     blk.reject_unknown()
     return name, spec, sha, devices
+
+
+RUNTIME_NAMES: tuple[str, ...] = (*RUNTIMES, ANY)
+
+
+def _runtime_from(f: Fields) -> str | None:
+    """The ``runtime`` block's name (None when the file has none: written before plans recorded it)."""
+    v = f.raw("runtime", None)
+    if v is None:
+        return None
+    blk = f.sub("runtime")
+    assert blk is not None
+    name = blk.choice("name", RUNTIME_NAMES)
+    for key in ("title", "note"):
+        blk.str_(key, None)
+    checked = blk.raw("checked", {})
+    if not isinstance(checked, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in checked.items()):
+        raise blk.err("checked", "must map repositories to the commits the runtime's rules were checked at")
+    blk.reject_unknown()
+    return name
 
 
 def plan_from_dict(doc: dict[str, Any], source: str, catalog: Any = None) -> Plan:
@@ -430,10 +475,11 @@ def plan_from_dict(doc: dict[str, Any], source: str, catalog: Any = None) -> Pla
                 cfg=cfg,
                 layer_start=layers[0],
                 layer_end=layers[1],
-                recompute=sf.choice("recompute", RECOMPUTE_LEVELS, "none"),
+                recompute=_recompute_field(sf),
             )
         )
         sf.reject_unknown()
+    runtime = _runtime_from(f)
     predicted = f.raw("predicted", {})
     solver = f.raw("solver", {})
     for key, val in (("predicted", predicted), ("solver", solver)):
@@ -455,6 +501,7 @@ def plan_from_dict(doc: dict[str, Any], source: str, catalog: Any = None) -> Pla
             predicted=dict(predicted),
             solver=dict(solver),
             run_settings=settings,
+            runtime=runtime,
         )
     except HapmoeError as exc:
         if exc.source is not None:

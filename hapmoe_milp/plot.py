@@ -48,6 +48,14 @@ def require_matplotlib(field: str = "out_png") -> tuple[Any, Any]:
     return Figure, FigureCanvasAgg
 
 
+def check_png_path(path: str | Path, field: str = "out_png") -> Path:
+    """The pictures are PNG files: a ``.txt`` or ``.pdf`` name would get PNG bytes under a wrong name."""
+    p = Path(path)
+    if p.suffix.lower() != ".png":
+        raise HapmoeError(f"{p}: the picture is written as PNG; give a .png file name", field=field)
+    return p
+
+
 def save_figure(fig: Any, canvas_cls: Any, out_png: str | Path) -> Path:
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)

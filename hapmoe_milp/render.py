@@ -144,6 +144,11 @@ def solver_line(sol: Any) -> str:
     text = f"solver {sol.solver}: {sol.status}, objective {sol.objective_s:.4f} s"
     if gap == gap:
         text += f", bound {sol.bound_s:.4f} s, gap {100 * gap:.2f}%"
+    stats = getattr(sol, "stats", {}) or {}
+    if stats.get("proved_by"):
+        text += f", proved by {stats['proved_by']}"
+    if isinstance(stats.get("dp_gap_to_bound"), float):
+        text += f"; the DP's plan is {100 * stats['dp_gap_to_bound']:.2f}% above the bound"
     return text + f", {sol.wall_s:.2f} s"
 
 
@@ -222,4 +227,27 @@ def fidelity_table(ev: Any) -> Table:
         terms = ", ".join(f"{k} {v:.3g}" for v, k in top)
         errs = [f"{ev.columns[c][i]:+.1%}" + ("*" if c == "planner" and ev.in_sample[i] else "") for c in cols]
         t.add_row(r.id, "+".join(r.devices), f"{r.measured_s:.4g}", *errs, terms)
+    return t
+
+
+MEMORY_LEGEND = (
+    "GiB per rank of each stage at its peak (cost/memory.py): model state (params, FP8 weight copies, main grads, "
+    "main params, optimizer moments), activations kept for the micro-batches in flight, the working set of one "
+    "layer or the loss, then what lives outside live tensors: allocator fragmentation, CUDA/NCCL context, "
+    "DeepEP buffers. allocated = what torch.cuda.max_memory_allocated would report."
+)
+
+
+def memory_table(stages: list[dict[str, Any]]) -> Table:
+    """Itemized memory per stage (rows: items; columns: stages)."""
+    t = Table(title="memory per rank, GiB")
+    t.add_column("item")
+    for s in stages:
+        t.add_column(f"stage {s['index']} ({s['device']})", justify="right")
+    items = list(stages[0]["memory_items_gib"]) if stages else []
+    for k in items:
+        t.add_row(k, *(f"{s['memory_items_gib'][k]:.2f}" for s in stages))
+    t.add_row("allocated", *(f"{s['allocated_gib']:.2f}" for s in stages))
+    t.add_row("device total", *(f"{s['memory_gib']:.2f}" for s in stages))
+    t.add_row("usable", *(f"{s['capacity_gib']:.2f}" for s in stages))
     return t

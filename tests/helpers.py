@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from hapmoe_milp.specs import Catalog, ClusterSpec, ModelSpec, NodeGroup
 from hapmoe_milp.specs.device import PRIMITIVES, DeviceSpec, IntraNode
+from hapmoe_milp.specs.memory_terms import MemoryTerms
 from hapmoe_milp.specs.model import TrainingDefaults
 from hapmoe_milp.specs.runtime import RuntimeParams
 from hapmoe_milp.specs.tables import constant_table
@@ -128,7 +129,11 @@ def tiny_cluster(catalog: Catalog, spec: list[tuple[str, int, float | None]]) ->
     for did, n, mem in spec:
         dev = catalog.device(did)
         if mem is not None:
-            dev = replace(dev, memory_gib=mem)
+            # the capacity these tests were sized for: `mem` less 5 % and a 2 GiB framework overhead, with no
+            # allocator slack or DeepEP buffers (cost/memory.py's device terms), so the constraint binds as set
+            dev = replace(
+                dev, memory_gib=mem * 0.95, memory=MemoryTerms(fragmentation=0.0, context_gib=2.0, flex_buffer_gib=0.0)
+            )
         groups.append(NodeGroup(dev, 1, n))
     return ClusterSpec(name="+".join(f"{n}x{d}" for d, n, _ in spec), groups=tuple(groups))
 

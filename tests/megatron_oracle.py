@@ -46,7 +46,7 @@ NOT_CONFIG = {
     "overlap_grad_reduce",
     "overlap_param_gather",
     "make_vocab_size_divisible_by",
-    # DistributedDataParallelConfig (grad_reduce_in_fp32 = False), not a TransformerConfig field
+    # DistributedDataParallelConfig (its grad_reduce_in_fp32 = False), not a TransformerConfig field
     "grad_reduce_in_bf16",
     # GPTModel / MambaModel constructor arguments (megatron/training gpt_builders, pretrain_mamba.py), not
     # TransformerConfig fields

@@ -32,10 +32,12 @@ def test_unset_overlap_keeps_the_faster_of_both_searches(model, cluster):
 
 
 @pytest.mark.parametrize(
-    ("model", "cluster"), [("qwen3-30b-a3b", "16xh100"), ("mixtral-s", "16-1-h"), ("mixtral-s", "32-1")]
+    ("model", "cluster", "runtime"),
+    [("qwen3-30b-a3b", "16xh100", "auto"), ("mixtral-s", "16-1-h", "auto"), ("mixtral-s", "32-1", "any")],
 )
-def test_overlap_plans_are_ones_megatron_can_overlap(model, cluster):
-    sol = _solve(model, cluster, overlap_ep_comm=True, family="megatron")
+def test_overlap_plans_are_ones_megatron_can_overlap(model, cluster, runtime):
+    # 32-1 mixes H800 and 910B: only the what-if space puts one-mesh plans with VPP on it
+    sol = _solve(model, cluster, overlap_ep_comm=True, family="megatron", runtime=runtime)
     plan = sol.plan
     assert plan is not None and plan.settings().overlap_ep_comm
     assert all(s.cfg.ep > 1 and s.recompute != "full" for s in plan.stages)
@@ -51,3 +53,15 @@ def test_dense_models_and_explicit_choices_are_not_searched_both_ways():
     assert dense.plan is not None and dense.plan.settings().overlap_ep_comm is False
     off = _solve("qwen3-30b-a3b", "16xh100", overlap_ep_comm=False)
     assert off.plan is not None and off.plan.settings().overlap_ep_comm is False
+
+
+@pytest.mark.parametrize("cluster", ["16x910b", "32-1"])
+def test_overlap_is_not_searched_where_upstream_megatron_does_not_run_the_plan(cluster):
+    """MindSpeed-LLM's Megatron core_v0.12.1 has no --overlap-moe-expert-parallel-comm, and the cross-vendor
+    runtime (FlagScale) is not upstream Megatron-LM: left unset, the setting stays off there."""
+    sol = _solve("mixtral-s", cluster)
+    assert sol.plan is not None and sol.plan.runtime in ("mindspeed", "flagscale")
+    assert sol.plan.settings().overlap_ep_comm is False
+    # in the what-if space (Megatron's rules on every stage) the same search does pick it
+    what_if = _solve("mixtral-s", cluster, runtime="any")
+    assert what_if.plan is not None and what_if.plan.settings().overlap_ep_comm is True

@@ -150,7 +150,7 @@ def test_baseline_modules_compute_no_costs(module: str) -> None:
 def test_private_cost_members_are_known() -> None:
     # the introspected list must contain the internals the old zebra code reached into, or the check
     # below them would be vacuous
-    assert {"_layer", "_memo", "_ep_comm", "_activations"} <= PRIVATE_COST_MEMBERS
+    assert {"_layer", "_memo", "_ep_comm", "_mla_up_gemms"} <= PRIVATE_COST_MEMBERS
 
 
 BAD = [
@@ -163,7 +163,7 @@ BAD = [
     ("def f(cm: CostModel):\n    return cm._ep_comm(1)\n", "private CostModel member ._ep_comm"),
     ("def f(cm: 'CostModel'):\n    return cm._new_private\n", "private attribute cm._new_private"),
     ("def f(m, c, s):\n    x = CostModel(m, c, s)\n    return x._whatever\n", "private attribute x._whatever"),
-    ("def f(anything):\n    return anything._activations(1)\n", "private CostModel member ._activations"),
+    ("def f(anything):\n    return anything._mla_up_gemms(1)\n", "private CostModel member ._mla_up_gemms"),
     (
         "class A(CostModel):\n    def g(self):\n        return self._secret\n",
         "private attribute self._secret",
@@ -180,7 +180,7 @@ def test_checker_catches_each_breach(source: str, expected: str) -> None:
 
 def test_checker_accepts_public_use() -> None:
     ok = (
-        "from hapmoe_milp.cost.model import OVERHEAD_TP1, CostModel\n"
+        "from hapmoe_milp.cost.model import BUCKET_PARAMS, CostModel\n"
         "def f(cm: CostModel, d):\n"
         "    s = cm.layer_split(d, 1, 1, 'none')\n"
         "    return s.attention_fwd + cm.expert_gemms(d, 8.0, 2, 1) + cm.collective(cm.device(d), d, 'p2p', 1, 2, 2)\n"

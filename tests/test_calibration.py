@@ -80,7 +80,7 @@ def test_yaml_and_csv_runs_load_the_same(tmp_path):
         ({"tokens_per_s": 100.0}, "step_time_s", "exactly one measurement"),
         ({"source": "a blog"}, "source", "URL"),
         ({"ep": 0}, "ep", "positive"),
-        ({"recompute": "most"}, "recompute", "none, selective, full"),
+        ({"recompute": "most"}, "recompute", "none, selective, sel-mlp, sel-moe, full"),
         ({"dispatcher": "magic"}, "dispatcher", "allgather, alltoall, flex"),
         ({"step_time_s": -1.0}, "step_time_s", "positive"),
         ({"color": "red"}, "color", "unknown field"),

@@ -33,13 +33,13 @@ from hapmoe_milp.specs import Catalog
 CAT = Catalog()
 ROOT = CAT.root
 MIX = CAT.model("mixtral-s")
-C16 = CAT.cluster("16-1")
+C16 = CAT.cluster("8xh800+8xa100")  # two NVIDIA types: a plan upstream Megatron-LM runs
 G4 = ParallelConfig(tp=2, dp=2, ep=4)
 GOOD_PLAN = Plan.from_settings(
     MIX,
     C16,
     "megatron",
-    (Stage("h800", G4, 0, 8), Stage("h800", G4, 8, 15), Stage("910b", G4, 15, 20), Stage("910b", G4, 20, 24)),
+    (Stage("h800", G4, 0, 8), Stage("h800", G4, 8, 15), Stage("a100", G4, 15, 20), Stage("a100", G4, 20, 24)),
     Settings(seq_length=4096, global_batch_size=256, micro_batch_size=1, dispatcher="allgather"),
 )
 GOOD_PLAN_DOC = json.loads(GOOD_PLAN.to_json())
@@ -141,7 +141,7 @@ for flag, bad in (
     ("--family", ["both2", "Megatron", ""]),
     ("--solver", ["gurobi", "DP", ""]),
     ("--optimizer-offload", ["yes", "1", ""]),
-    ("--export", ["mindspeed", ""]),
+    ("--export", ["deepspeed", ""]),
 ):
     for v in bad:
         args = [*SOLVE, flag, v] + (["--out", "launch"] if flag == "--export" else [])
@@ -178,10 +178,14 @@ FLAG_CASES += [
     (["solve", "-m", "mixtral-s"], "--cluster"),
     ([*SOLVE, "--export", "megatron"], "--out"),
     ([*SOLVE, "--export", "megatron", "--family", "hetero", "--out", "x"], "--family"),
-    ([*SOLVE, "--export", "flagscale", "--family", "megatron", "--out", "x"], "--family"),
+    (
+        ["solve", "-m", "mixtral-s", "-c", "16-2-h", "--export", "mindspeed", "--family", "hetero", "--out", "x"],
+        "--family",
+    ),
     ([*SOLVE, "--out", "no/such/folder/plan.json"], "--out"),
     ([*SOLVE, "--out", "."], "--out"),
     ([*SOLVE, "--plot", "no/such/plot.png"], "--plot"),
+    ([*SOLVE, "--plot", "plot.txt"], "--plot"),
     ([*SOLVE, "--solver-config", "no-such-preset"], "no-such-preset"),
     (["compare", "-m", "mixtral-s", "-c", "16-1", "--family", "x"], "--family"),
     (["compare", "-m", "mixtral-s", "-c", "16-1", "--solvers", ","], "--solvers"),
@@ -216,11 +220,31 @@ FLAG_CASES += [
     (["clusters", "8xh800+"], "NAME"),
     (["devices", "nope"], "unknown device"),
     (["validate", "missing.json"], "missing.json"),
-    (["validate", "missing.json", "--target", "mindspeed"], "--target"),
+    (["validate", "missing.json", "--target", "deepspeed"], "--target"),
+    ([*SOLVE, "--export", "mindspeed", "--out", "x"], "--export"),  # 16-1 is not Ascend-only
+    ([*SOLVE, "--runtime", "megatron"], "--runtime"),  # nor NVIDIA-only
     (["export", "missing.json", "--target", "megatron", "--out", "o"], "missing.json"),
     (["export", "missing.json", "--target", "tpu", "--out", "o"], "--target"),
     (["profile", "--device-name", "bad name", "--out", "p"], "--device-name"),
     (["compare-profile", "nope", "h800"], "unknown device"),
+    # second pass (issue 20): folders that are not, layouts that expand without end, nothing to report
+    (["--devices-dir", "no-such-folder", "devices"], "--devices-dir"),
+    (["--devices-dir", "r.jsonl", "devices"], "--devices-dir"),
+    ([*EST, "--layout", "E(t*999999|)*100000L"], "--layout"),
+    ([*EST, "--layout", "E" + "(t*9|)*99999" * 40 + "L"], "--layout"),
+    (["compare", "-m", "mixtral-s", "-c", "16-1", "--solvers", "dp", "--time-limit", "0.001"], "--time-limit"),
+    (["fidelity", "public", "--device", "v100"], "--device"),
+    # fresh hostile inputs found while hardening (issue 20): refused before any work, naming the flag
+    (["estimate", "-m", "mixtral-s", "-c", "16-1-h", "--pp", "2", "--vpp", "2", "--layout", "Et*12|t*12L"], "--vpp"),
+    (["sweep", "-m", "mixtral-s", "--mix", "h800:8", "--prices", "h800=1e300", "--out", "r.jsonl"], "--prices"),
+    (["sweep", "-m", "mixtral-s", "--mix", "h800:8", "--prices", "h800=1e-320", "--out", "r.jsonl"], "--prices"),
+    (["sweep", "-m", "mixtral-s", "--mix", "h800:8", "--budget", "price<=1e400", "--out", "r.jsonl"], "--budget"),
+    (["calibrate", "public", "--device", "h100", "--params", ",", "--out", "cal"], "--params"),
+    (["profile", "--device-name", "x", "--out", "p", "--nproc", "0"], "--nproc"),
+    (["profile", "--device-name", "x", "--out", "p", "--collectives", "nope.json"], "nope.json"),
+    (["sweep", "-m", "mixtral-s", "--clusters", "16-1", "--out", "/dev/null"], "--out"),
+    ([*EST, "--gbs", "16777216", "--simulate"], "--simulate"),
+    (["compare", "-m", "mixtral-s", "-c", "16-1", "--against", "megatron", "--time-limit", "1e-9"], "--time-limit"),
 ]
 # usage errors: the usage line, one error line, exit 2
 USAGE_CASES: list[tuple[list[str], str]] = [
@@ -228,7 +252,7 @@ USAGE_CASES: list[tuple[list[str], str]] = [
     (["frobnicate"], "frobnicate"),
     (["solve", "--bogus"], "--bogus"),
     (["estimate", "--tp"], "--tp"),
-    (["export", "plan.json"], "--target"),
+    (["export", "plan.json", "--out", "x", "--target", "deepspeed"], "--target"),
     (["export", "plan.json", "--target", "megatron"], "--out"),
     (["sweep", "--out", "r.jsonl"], "--model"),
     (["profile", "--out", "x"], "--device-name"),
@@ -244,6 +268,51 @@ USAGE_CASES: list[tuple[list[str], str]] = [
 )
 def test_bad_flags(argv: list[str], name: str, tmp_path: Path, capsys: Any) -> None:
     run_bad(argv, tmp_path, capsys, name)
+
+
+@pytest.mark.parametrize("cmd", ["solve", "sweep"])
+def test_output_that_is_not_a_regular_file(cmd: str, tmp_path: Path, capsys: Any) -> None:
+    """A FIFO (or a device such as /dev/full) as --out: an atomic write would replace the special file."""
+    with tempfile.TemporaryDirectory() as other:  # outside the folder run_bad snapshots (reading a FIFO blocks)
+        fifo = Path(other) / "fifo"
+        os.mkfifo(fifo)
+        argv = [*SOLVE, "--out", str(fifo)]
+        if cmd == "sweep":
+            argv = ["sweep", "-m", "mixtral-s", "--clusters", "x", "--out", str(fifo)]
+        run_bad(argv, tmp_path, capsys, str(fifo), "--out", "regular file")
+        assert fifo.is_fifo()
+
+
+def test_profile_refuses_a_bad_peak_before_creating_anything(tmp_path: Path, capsys: Any) -> None:
+    pytest.importorskip("torch")  # without torch the refusal is that torch is missing (also before any folder)
+    run_bad(
+        ["profile", "--device-name", "x", "--out", "p/q", "--peak-tflops", "1e-320"], tmp_path, capsys, "--peak-tflops"
+    )
+
+
+def test_profile_without_torch_creates_nothing(tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if the `profile` extra were not installed
+    run_bad(["profile", "--device-name", "x", "--out", "p/q"], tmp_path, capsys, "PyTorch")
+
+
+def test_inputs_that_look_hostile_but_are_valid(tmp_path: Path, capsys: Any) -> None:
+    """Spreadsheet CSVs start with a byte-order mark; YAML 1.1 would read 1e3 as a string; nested repeats."""
+    csv = tmp_path / "runs.csv"
+    row = RUNS_DOC
+    cols = ["id", "source", "model", "cluster", "ep", "etp", "seq_length", "global_batch_size", "step_time_s"]
+    csv.write_bytes(("\ufeff" + ",".join(cols) + "\n" + ",".join(str(row[c]) for c in cols) + "\n").encode())
+    assert cli.run(["fidelity", str(csv), "--json"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)["runs"]] == [row["id"]]
+    f = write(
+        tmp_path,
+        "m.yaml",
+        "moe_layer_freq: '((([1]*2)*2)*6)'\n"
+        + yaml.safe_dump({**MODEL_DOC, "moe_layer_freq": 1}).replace("moe_layer_freq: 1\n", ""),
+    )
+    assert cli.run(["models", str(f), "--json"]) == 0
+    capsys.readouterr()
 
 
 # ---------------------------------------------------------------------- files (table-driven)
@@ -315,6 +384,11 @@ MODEL_CASES: list[tuple[str, Any, str]] = [
     ("defaults", [1], "defaults"),
     ("defaults.extra", 1, "defaults.extra"),
     ("source", {"a": 1}, "source"),
+    ("moe_layer_freq", "(" * 400 + "[1]*24" + ")" * 400, "moe_layer_freq"),
+    ("moe_layer_freq", "+".join(["[1]"] * 99_999), "moe_layer_freq"),
+    ("num_experts", 2**70, "num_experts"),
+    ("kv_channels", -(2**70), "kv_channels"),
+    ("window_size", 2**200, "window_size"),
 ]
 
 CLUSTER_CASES: list[tuple[str, Any, str]] = [
@@ -345,6 +419,10 @@ CLUSTER_CASES: list[tuple[str, Any, str]] = [
     ("name", "x;reboot", "name"),
     ("name", _DEL, "name"),
     ("colour", "red", "colour"),
+    ("cross_link", {"bandwidth_GBps": 5e-324}, "cross_link.bandwidth_GBps"),
+    ("cross_link", {"efficiency": 1e-300}, "cross_link.efficiency"),
+    ("cross_link", {"latency_us": 1e300}, "cross_link.latency_us"),
+    ("prices", {"h800": 1e300}, "prices.h800"),
 ]
 
 DEVICE_CASES: list[tuple[str, Any, str]] = [
@@ -367,6 +445,20 @@ DEVICE_CASES: list[tuple[str, Any, str]] = [
     ("tables.gemm_efficiency.extrapolate", "linear", "tables.gemm_efficiency.extrapolate"),
     ("sources", [], "sources"),
     ("colour", 1, "colour"),
+    # denormal and extreme numbers: physical ranges (limits.RANGE_*), not just "positive"
+    ("peak_tflops.bf16", 5e-324, "peak_tflops.bf16"),
+    ("peak_tflops.bf16", 1e-300, "peak_tflops.bf16"),
+    ("peak_tflops.fp8", 1e300, "peak_tflops.fp8"),
+    ("memory_bandwidth_GBps", 5e-324, "memory_bandwidth_GBps"),
+    ("memory_bandwidth_GBps", 1e30, "memory_bandwidth_GBps"),
+    ("memory_gib", 1e-300, "memory_gib"),
+    ("nic_Gbps", 5e-324, "nic_Gbps"),
+    ("intra_node.per_device_GBps", 1e-320, "intra_node.per_device_GBps"),
+    ("price_per_hour", 1e300, "price_per_hour"),
+    ("tables.gemm_efficiency.y[0]", 5e-324, "tables.gemm_efficiency.y[0]"),
+    ("tables.gemm_efficiency.x[0]", 5e-324, "tables.gemm_efficiency.x[0]"),
+    ("tables.collectives.intra.all_reduce.y[0]", 1e-300, "tables.collectives.intra.all_reduce.y[0]"),
+    ("tables.memory_bound_efficiency", 1e-300, "tables.memory_bound_efficiency"),
 ]
 
 
@@ -401,6 +493,10 @@ HF_CASES: list[tuple[str, Any, str]] = [
     ("num_experts_per_tok", 99, "moe_router_topk"),
     ("model_type", "bert", "model_type"),
     ("vocab_size", -1, "vocab_size"),
+    ("num_local_experts", 2**70, "num_local_experts"),
+    ("num_experts_per_tok", 2**70, "num_experts_per_tok"),
+    ("intermediate_size", 2**70, "intermediate_size"),
+    ("hidden_size", 2**70, "hidden_size"),
 ]
 
 
@@ -473,13 +569,77 @@ PRESET_CASES: list[tuple[str, str]] = [
     ("pruning: {warp: true}\n", "pruning"),
     ("pruning: [1]\n", "pruning"),
     ("speed: 11\n", "speed"),
+    # second pass: every value through the strict readers and its range (issue 20)
+    ("threads: abc\n", "threads"),
+    ("threads: -1\n", "threads"),
+    ("threads: 1.5\n", "threads"),
+    ("threads: 100000\n", "threads"),
+    ("relative_gap: small\n", "relative_gap"),
+    ("relative_gap: -1\n", "relative_gap"),
+    ("relative_gap: .nan\n", "relative_gap"),
+    ("relative_gap: 2\n", "relative_gap"),
+    ("backend: foo\n", "backend"),
+    ("backend: [cpsat]\n", "backend"),
+    ("time_limit: 1e300\n", "time_limit"),
+    ("time_limit: 1.0e+300\n", "time_limit"),
+    ("time_limit: abc\n", "time_limit"),
+    ("pruning: {delta: x}\n", "pruning.delta"),
+    ("pruning: {delta: -0.5}\n", "pruning.delta"),
+    ("pruning: {eta: -1}\n", "pruning.eta"),
+    ("pruning: {max_stages: -1}\n", "pruning.max_stages"),
+    ("pruning: {max_stages: 1.5}\n", "pruning.max_stages"),
+    ("pruning: {max_vpp: 0}\n", "pruning.max_vpp"),
+    ("pruning: {max_vpp: 65}\n", "pruning.max_vpp"),
+    ("pruning: {pareto_eps: .nan}\n", "pruning.pareto_eps"),
+    ("pruning: {pareto_eps: 5}\n", "pruning.pareto_eps"),
+    ("pruning: {layer_band: yes please}\n", "pruning.layer_band"),
+    ("pruning: {large_cluster_top_k: -1}\n", "pruning.large_cluster_top_k"),
+    ("pruning: {large_cluster: 1e999}\n", "pruning.large_cluster"),
+    ("pruning: 3\n", "pruning"),
+    ("name: [a]\n", "name"),
 ]
 
 
 @pytest.mark.parametrize(("text", "field"), PRESET_CASES)
 def test_bad_solver_presets(text: str, field: str, tmp_path: Path, capsys: Any) -> None:
     f = write(tmp_path, "preset.yaml", text)
-    run_bad([*SOLVE, "--solver-config", str(f)], tmp_path, capsys, field)
+    line = run_bad([*SOLVE, "--solver-config", str(f)], tmp_path, capsys, str(f), field)
+    assert not line.rstrip().endswith(":"), line  # a reason follows the field
+
+
+RUNS_DOC = yaml.safe_load((ROOT / "bench" / "calibration" / "runs.yaml").read_text())["runs"][0]
+RUNS_CASES: list[tuple[str, Any, str]] = [
+    ("step_time_s", 1e-300, "step_time_s"),
+    ("step_time_s", 5e-324, "step_time_s"),
+    ("step_time_s", 1e300, "step_time_s"),
+    ("step_time_s", "fast", "step_time_s"),
+    ("peak_memory_gib", 1e-320, "peak_memory_gib"),
+    ("tp", 2**70, "tp"),
+    ("layout", "E(t*999999|)*100000L", "layout"),
+]
+RUNS_MEASURE_CASES: list[tuple[str, Any]] = [
+    ("tokens_per_s_per_device", 1e-300),
+    ("tokens_per_s_per_device", 1e-320),
+    ("tokens_per_s_per_device", 1e-5),  # in range, but a step of ~1e10 s
+    ("tokens_per_s", 1e308),
+]
+
+
+@pytest.mark.parametrize("cmd", ["fidelity", "calibrate"])
+@pytest.mark.parametrize(("path", "value", "field"), RUNS_CASES, ids=lambda v: str(v)[:30])
+def test_bad_runs_files(path: str, value: Any, field: str, cmd: str, tmp_path: Path, capsys: Any) -> None:
+    f = write(tmp_path, "runs.yaml", {"runs": [_set(RUNS_DOC, path, value)]})
+    extra = ["--device", "h100", "--out", "cal"] if cmd == "calibrate" else []
+    run_bad([cmd, str(f), *extra], tmp_path, capsys, str(f), field)
+
+
+@pytest.mark.parametrize("cmd", ["fidelity", "calibrate"])
+@pytest.mark.parametrize(("measure", "value"), RUNS_MEASURE_CASES, ids=str)
+def test_bad_runs_measurements(measure: str, value: float, cmd: str, tmp_path: Path, capsys: Any) -> None:
+    run = {k: v for k, v in RUNS_DOC.items() if k != "step_time_s"}
+    f = write(tmp_path, "runs.yaml", {"runs": [{**run, measure: value}]})
+    extra = ["--device", "h100", "--out", "cal"] if cmd == "calibrate" else []
+    run_bad([cmd, str(f), *extra], tmp_path, capsys, str(f), measure)
 
 
 # ---------------------------------------------------------------------- plan files (table-driven)
@@ -517,7 +677,7 @@ PLAN_CASES: list[tuple[str, Any, str]] = [
     ("stages[1].layers", [9, 15], "stages[1].layers"),
     ("stages[3].layers", [20, 23], "stages"),
     ("stages[0].recompute", "some", "stages[0].recompute"),
-    ("stages[0].device", "a100", "stages[0].device"),
+    ("stages[0].device", "v100", "stages[0].device"),
     ("stages[0].device", "h800\n$(reboot)", "stages[0].device"),
     ("stages[0].device", "h800; rm -rf ~", "stages[0].device"),
     ("stages[0].extra", 1, "stages[0].extra"),
@@ -588,7 +748,7 @@ def test_bad_raw_plan_files(text: str, words: str, tmp_path: Path, capsys: Any) 
 def test_plan_flags_that_disagree(tmp_path: Path, capsys: Any) -> None:
     f = write(tmp_path, "plan.json", GOOD_PLAN_DOC)
     run_bad(["estimate", "--plan", str(f), "-m", "mixtral-l"], tmp_path, capsys, "--model", "mixtral-s")
-    run_bad(["estimate", "--plan", str(f), "-c", "16-2"], tmp_path, capsys, "--cluster", "16-1")
+    run_bad(["estimate", "--plan", str(f), "-c", "16-2"], tmp_path, capsys, "--cluster", "8xh800+8xa100")
     run_bad(["estimate", "--plan", str(f), "--tp", "2"], tmp_path, capsys, "--tp", "--plan")
     run_bad(["estimate", "--plan", str(f), "--gbs", "0"], tmp_path, capsys, "--gbs")
     run_bad(["export", str(f), "--target", "megatron", "--out", str(f)], tmp_path, capsys, "--out")
@@ -752,5 +912,5 @@ def test_property_inline_clusters(text: str, capsys: Any) -> None:
 def test_the_suite_has_at_least_300_table_cases() -> None:
     table = len(FLAG_CASES) + len(USAGE_CASES) + len(MODEL_CASES) + len(CLUSTER_CASES) + len(DEVICE_CASES)
     table += len(HF_CASES) + len(RAW_FILE_CASES) + len(PRESET_CASES) + len(PLAN_CASES) * len(PLAN_COMMANDS)
-    table += len(RAW_PLAN_CASES)
-    assert table >= 300, table
+    table += len(RAW_PLAN_CASES) + 2 * (len(RUNS_CASES) + len(RUNS_MEASURE_CASES))
+    assert table >= 400, table

@@ -108,7 +108,9 @@ def test_memory_reporting_fits_and_worst_stage():
         assert t.memory > t.weights + t.activations  # plus working set and framework overhead
     # capacities just below each stage's need (5 % headroom): both overflow, the second by more
     cap_a, cap_b = (need[0] - 0.1) / 0.95, (need[1] - 1.0) / 0.95
-    tight = estimate(MODEL, two_type_cluster(cap_a, cap_b), two_stage_plan(), Settings(seq_length=S))
+    tight = estimate(
+        MODEL, two_type_cluster(cap_a, cap_b), two_stage_plan(), Settings(seq_length=S, memory_headroom=0.05)
+    )
     assert not tight.fits
     assert tight.stages[0]["capacity_gib"] == pytest.approx(need[0] - 0.1, rel=1e-9)
     worst = tight.worst_memory()

@@ -1,10 +1,5 @@
-"""FlagScale export: meshes, layer split, hostfile, and what FlagScale's runner and validator make of them.
-
-FlagScale itself is not installable here (it patches a pinned Megatron-LM), so the tests re-enact the three
-pieces of it that consume our output, transcribed from FlagOpen/FlagScale da4935ec:
-``runner/utils.py::flatten_dict_to_args`` (YAML -> CLI), ``train/arguments.py::pre_validate_args`` /
-``post_validate_args`` (the asserts) and ``train/hetero/parallel_context.py::RankMapper`` (rank order).
-"""
+"""FlagScale export: meshes, layer split, hostfile, and what FlagScale's runner and validator make of them
+(re-enacted in :mod:`tests.flagscale_oracle`)."""
 
 from __future__ import annotations
 
@@ -23,6 +18,7 @@ from hapmoe_milp.export.validate import validate
 from hapmoe_milp.plan import Plan, Stage, load_plan
 from hapmoe_milp.specs import Catalog
 from hapmoe_milp.specs.model import ModelSpec
+from tests.flagscale_oracle import built_layer_ids, flagscale_asserts, flatten_dict_to_args, rank_mapper
 
 CAT = Catalog()
 MIXTRAL = CAT.model("mixtral-s")
@@ -56,74 +52,13 @@ B_TP2 = ParallelConfig(tp=2, dp=4, ep=2, etp=1)  # 8 910B
 H_TP4_DP1 = ParallelConfig(tp=4, dp=1, ep=2, etp=1)  # 4 devices
 B_TP2_DP2 = ParallelConfig(tp=2, dp=2, ep=2, etp=1)  # 4 devices
 
-HETERO = make_plan([14, 10], ["h800", "910b"], [H_TP4, B_TP2])
+# two meshes of two stages each (FlagScale gives a later mesh of one stage layer offset 0)
+HETERO = make_plan([7, 7, 5, 5], ["h800", "h800", "910b", "910b"], [H_TP4_DP1] * 2 + [B_TP2_DP2] * 2)
 FOUR = make_plan([8, 8, 4, 4], ["h800", "h800", "910b", "910b"], [H_TP4_DP1, H_TP4_DP1, B_TP2_DP2, B_TP2_DP2])
+ONE_STAGE_LATER_MESH = make_plan([14, 10], ["h800", "910b"], [H_TP4, B_TP2])
 
 
 # ---------------------------------------------------------------------- FlagScale, re-enacted
-def flatten_dict_to_args(config: dict[str, Any]) -> list[str]:
-    """flagscale/runner/utils.py::flatten_dict_to_args (keys '_' -> '-', lists spread, True -> bare flag)."""
-    args: list[str] = []
-    for key, value in config.items():
-        key = key.replace("_", "-")
-        if isinstance(value, dict):
-            args.extend(flatten_dict_to_args(value))
-        elif isinstance(value, list):
-            args.append(f"--{key}")
-            args.extend(f"{v}" for v in value)
-        elif isinstance(value, bool):
-            if value:
-                args.append(f"--{key}")
-        else:
-            args += [f"--{key}", f"{value}"]
-    return args
-
-
-def flagscale_asserts(cfg: dict[str, Any], model: ModelSpec) -> list[int]:
-    """pre_validate_args / post_validate_args asserts; returns the per-mesh micro-batch sizes."""
-    sysc, hetero, mc = cfg["system"], cfg["system"]["hetero"], cfg["model"]
-    flat = hetero["hetero_process_meshes"]
-    assert len(flat) % 5 == 0
-    tps, cps, eps, dps, pps = flat[0::5], flat[1::5], flat[2::5], flat[3::5], flat[4::5]
-    etps = hetero["expert_tensor_parallel_size_per_process_mesh"]
-    assert len(etps) == len(tps)
-    mbs = mc["micro_batch_size"]
-    assert all(dps[0] * mbs % d == 0 for d in dps)
-    assert all(c == cps[0] for c in cps)
-    assert all(e == 1 for e in eps) or all(e != 1 for e in eps)  # what FlagScale *should* check (#717)
-    assert sysc["pipeline_model_parallel_size"] == sum(pps)
-    assert hetero["standalone_embedding_stage"] is False
-    if not model.untie_embeddings_and_output_weights or model.mtp_num_layers:
-        assert tps[0] == tps[-1]
-        if dps[0] != dps[-1] and sysc["use_distributed_optimizer"]:
-            assert dps[0] % dps[-1] == 0 or dps[-1] % dps[0] == 0
-            assert hetero["use_partial_reduce_for_shared_embedding"] is True
-    split = hetero["hetero_pipeline_layer_split"]
-    assert sum(split) == mc["num_layers"] and len(split) == sysc["pipeline_model_parallel_size"]
-    assert len(hetero["hetero_device_types"]) == len(tps)
-    assert hetero["hetero_current_device_type"] in hetero["hetero_device_types"]
-    assert cps[0] == 1  # ParallelContext: "Context parallelism is not supported."
-    for tp, cp, ep, dp, pp, etp in zip(tps, cps, eps, dps, pps, etps):
-        assert (tp * cp * dp * pp) % (etp * ep * pp) == 0
-    return [dps[0] * mbs // d for d in dps]
-
-
-def rank_mapper(hostfile_text: str, device_types: list[str]) -> list[str]:
-    """Device type of each logical rank: physical ranks follow the hostfile, then RankMapper sorts them by
-    the first index of their type in hetero_device_types, then by rank."""
-    physical: list[str] = []
-    hosts: set[str] = set()
-    for line in hostfile_text.splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        host, slots, typ = line.split()
-        assert host not in hosts, "FlagScale rejects a host listed twice"
-        hosts.add(host)
-        physical += [typ.removeprefix("type=")] * int(slots.removeprefix("slots="))
-    order = sorted(range(len(physical)), key=lambda r: (device_types.index(physical[r]), r))
-    return [physical[r] for r in order]
-
-
 # ---------------------------------------------------------------------- meshes and keys
 def test_meshes_group_consecutive_identical_stages() -> None:
     meshes = process_meshes(FOUR)
@@ -162,7 +97,7 @@ def test_anchor_example_shape() -> None:
 def test_system_keys_and_checkpoint_format() -> None:
     cfg = flagscale_config(HETERO, MIXTRAL, C16)
     s = cfg["system"]
-    assert s["tensor_model_parallel_size"] == 4 and s["pipeline_model_parallel_size"] == 2
+    assert s["tensor_model_parallel_size"] == 4 and s["pipeline_model_parallel_size"] == 4
     assert s["expert_model_parallel_size"] == 2 and s["expert_tensor_parallel_size"] == 1
     assert s["context_parallel_size"] == 1 and s["sequence_parallel"] is True
     assert s["checkpoint"] == {"ckpt_format": "torch", "save_interval": 1000}  # TP 4 vs 2
@@ -179,21 +114,27 @@ def test_same_tp_meshes_keep_default_checkpoint() -> None:
 
 
 def test_mtp_layers_stay_on_last_stage_and_partial_reduce() -> None:
-    """DeepSeek-V3 (MTP shares the embedding): equal first/last TP, DP 2 vs 4 -> partial reduce; the split
+    """DeepSeek-V3 (MTP shares the embedding): equal first/last TP, DP 16 vs 8 -> partial reduce; the split
     counts decoder layers only, the MTP layer rides on the last stage."""
     cl = CAT.cluster("256-h800-910b")
     a = ParallelConfig(tp=4, dp=16, ep=64, etp=1)  # 64 devices
-    b = ParallelConfig(tp=4, dp=32, ep=64, etp=1)  # 128 devices
-    plan = make_plan([31, 31], ["h800", "910b"], [a, b], model=DSV3, cluster=cl.name, mbs=2)
-    found = validate(plan, DSV3, cl, "flagscale")
-    # the 910B mesh is one stage: FlagScale gives it layer offset 0 (DeepSeek-V3's dense prefix) -- a warning
-    assert [(v.rule, v.severity) for v in found] == [("rule_fs_single_stage_mesh_offset", "warning")]
+    b = ParallelConfig(tp=4, dp=8, ep=32, etp=1)  # 32 devices
+    plan = make_plan([31, 16, 15], ["h800", "910b", "910b"], [a, b, b], model=DSV3, cluster=cl.name, mbs=2)
+    assert validate(plan, DSV3, cl, "flagscale") == []
     cfg = flagscale_config(plan, DSV3, cl)
     h = cfg["system"]["hetero"]
-    assert h["hetero_pipeline_layer_split"] == [31, 30]
+    assert h["hetero_pipeline_layer_split"] == [31, 16, 14]
     assert h["use_partial_reduce_for_shared_embedding"] is True
     assert cfg["model"]["mtp_num_layers"] == 1
-    assert flagscale_asserts(cfg, DSV3) == [2, 1]
+    assert flagscale_asserts(cfg, DSV3) == [2, 4]
+
+
+def test_a_later_mesh_of_one_stage_is_refused() -> None:
+    """FlagScale's get_transformer_layer_offset adds the hetero offset only when the mesh's own PP > 1, so
+    this plan's 910B mesh would build layers [0, 10) again instead of [14, 24)."""
+    found = validate(ONE_STAGE_LATER_MESH, MIXTRAL, C16, "flagscale")
+    assert [v.rule for v in found] == ["rule_runtime_mesh_stages"]
+    assert built_layer_ids(flagscale_config(FOUR, MIXTRAL, C16)) == list(range(24))
 
 
 def test_mtp_off_last_stage_is_refused() -> None:
@@ -302,29 +243,31 @@ def test_export_plan_flagscale_files(tmp_path: Path) -> None:
 
 
 def test_export_plan_flagscale_refuses_cp(tmp_path: Path) -> None:
-    cp2 = ParallelConfig(tp=2, cp=2, dp=2, ep=2)
-    plan = make_plan([12, 12], ["h800", "910b"], [cp2, cp2])
-    with pytest.raises(ExportError, match="rule_fs_cp_is_one"):
+    cp2 = ParallelConfig(tp=2, cp=2, dp=1, ep=2)
+    plan = make_plan([6, 6, 6, 6], ["h800", "h800", "910b", "910b"], [cp2] * 4)
+    with pytest.raises(ExportError, match="rule_runtime_cp"):
         export_plan(plan, MIXTRAL, C16, "flagscale", tmp_path)
     assert not any(tmp_path.iterdir())
 
 
 def test_megatron_family_plan_exports_to_flagscale() -> None:
-    cfg = ParallelConfig(tp=2, dp=4, ep=2)
-    plan = Plan("mixtral-s", "16-1", "megatron", (Stage("h800", cfg, 0, 12), Stage("910b", cfg, 12, 24)), 256, 4096, 1)
+    cfg = ParallelConfig(tp=2, dp=2, ep=2)
+    stages = tuple(Stage(d, cfg, 6 * i, 6 * i + 6) for i, d in enumerate(["h800", "h800", "910b", "910b"]))
+    plan = Plan("mixtral-s", "16-1", "megatron", stages, 256, 4096, 1)
     assert validate(plan, MIXTRAL, C16, "flagscale") == []
-    assert flagscale_config(plan, MIXTRAL, C16)["system"]["hetero"]["hetero_process_meshes"] == [2, 1, 2, 4, 1] * 2
+    assert flagscale_config(plan, MIXTRAL, C16)["system"]["hetero"]["hetero_process_meshes"] == [2, 1, 2, 2, 2] * 2
 
 
 def test_dense_model_has_no_expert_keys() -> None:
     dense = CAT.model("llama-2-7b")
-    plan = make_plan([20, 12], ["h800", "910b"], [ParallelConfig(tp=4, dp=2), ParallelConfig(tp=2, dp=4)], model=dense)
+    a, b = ParallelConfig(tp=4, dp=1), ParallelConfig(tp=2, dp=2)
+    plan = make_plan([10, 10, 6, 6], ["h800", "h800", "910b", "910b"], [a, a, b, b], model=dense)
     assert validate(plan, dense, C16, "flagscale") == []
     cfg = flagscale_config(plan, dense, C16)
     assert "expert_model_parallel_size" not in cfg["system"]
     assert "expert_tensor_parallel_size_per_process_mesh" not in cfg["system"]["hetero"]
     assert "num_experts" not in cfg["model"] and "moe_grouped_gemm" not in cfg["model"]
-    assert cfg["system"]["hetero"]["hetero_process_meshes"] == [4, 1, 1, 2, 1, 2, 1, 1, 4, 1]
+    assert cfg["system"]["hetero"]["hetero_process_meshes"] == [4, 1, 1, 1, 2, 2, 1, 1, 2, 2]
 
 
 def _compose(conf_dir: Path) -> dict[str, Any]:
@@ -364,8 +307,15 @@ def test_flagscale_env_only_with_tp_or_cp() -> None:
     from hapmoe_milp.export.flagscale import experiment_config
 
     tp1 = make_plan([12, 12], ["h800", "910b"], [ParallelConfig(dp=8, ep=8), ParallelConfig(dp=8, ep=8)], mbs=1)
-    assert experiment_config(tp1)["experiment"]["envs"] == {}
-    assert experiment_config(HETERO)["experiment"]["envs"] == {"CUDA_DEVICE_MAX_CONNECTIONS": 1}
+    visible = {
+        "h800": {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"},
+        "910b": {"ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"},
+    }
+    assert experiment_config(tp1, C16)["experiment"]["envs"] == {"device_type_specific": visible}
+    assert experiment_config(HETERO, C16)["experiment"]["envs"] == {
+        "CUDA_DEVICE_MAX_CONNECTIONS": 1,
+        "device_type_specific": visible,
+    }
 
 
 def test_offload_reaches_the_flagscale_config() -> None:

@@ -28,7 +28,7 @@ from hapmoe_milp.specs import Catalog, ClusterSpec, NodeGroup
 
 CAT = Catalog()
 MIX = CAT.model("mixtral-s")
-H800, B910 = CAT.device("h800"), CAT.device("910b")
+H800, A100 = CAT.device("h800"), CAT.device("a100")  # NVIDIA both: Megatron-LM runs it
 G4 = ParallelConfig(tp=2, dp=2, ep=4)
 HOSTILE = [
     "x\ntouch PWNED",
@@ -47,13 +47,13 @@ HOSTILE = [
 
 
 def cluster(h800_id: str = "h800", name: str = "c16") -> ClusterSpec:
-    return ClusterSpec(name=name, groups=(NodeGroup(replace(H800, id=h800_id), 1, 8), NodeGroup(B910, 1, 8)))
+    return ClusterSpec(name=name, groups=(NodeGroup(replace(H800, id=h800_id), 1, 8), NodeGroup(A100, 1, 8)))
 
 
 def plan_on(c: ClusterSpec, model_name: str = "mixtral-s", family: str = "megatron") -> tuple[Plan, object]:
     m = replace(MIX, name=model_name)
     h = c.groups[0].device.id
-    stages = (Stage(h, G4, 0, 8), Stage(h, G4, 8, 15), Stage("910b", G4, 15, 20), Stage("910b", G4, 20, 24))
+    stages = (Stage(h, G4, 0, 8), Stage(h, G4, 8, 15), Stage("a100", G4, 15, 20), Stage("a100", G4, 20, 24))
     st = Settings(seq_length=4096, global_batch_size=256, micro_batch_size=1)
     return Plan.from_settings(m, c, family, stages, st), m  # type: ignore[arg-type]
 
@@ -111,7 +111,7 @@ def test_exported_scripts_run_names_as_data(tmp_path: Path) -> None:
     argv = (tmp_path / "argv.txt").read_text().splitlines()
     assert argv.count(str(tmp_path / "megatron" / "pretrain_gpt.py")) == len(list(out.glob("launch_node*.sh")))
     hosts = [ln.split()[0] for ln in (out / "hostfile").read_text().splitlines() if not ln.startswith("#")]
-    assert all(h.startswith(("h.8+0_0-x-node", "910b-node")) for h in hosts)
+    assert all(h.startswith(("h.8+0_0-x-node", "a100-node")) for h in hosts)
 
 
 @pytest.mark.parametrize("name", ["m.x+7_b-1", "yes", "null", "1e3", "0x10", "true", "NaN", "2048"])

@@ -41,8 +41,8 @@ from hapmoe_milp.specs.model import ModelSpec
 CAT = Catalog()
 MIXTRAL = CAT.model("mixtral-s")
 DSV3 = CAT.model("deepseek-v3")
-C16 = CAT.cluster("16-1")
-C256 = CAT.cluster("256-h800-910b")
+C16 = CAT.cluster("8xh800+8xa100")  # two NVIDIA types: upstream Megatron-LM runs them
+C256 = CAT.cluster("128xh800+128xa100")
 
 
 def make_plan(
@@ -51,7 +51,7 @@ def make_plan(
     cfg: ParallelConfig | list[ParallelConfig],
     *,
     model: ModelSpec = MIXTRAL,
-    cluster: str = "16-1",
+    cluster: str = "8xh800+8xa100",
     recompute: str | list[str] = "none",
     family: str = "megatron",
     gbs: int = 256,
@@ -72,13 +72,13 @@ def make_plan(
 TP2 = ParallelConfig(tp=2, dp=2, ep=4, etp=1)  # 4 devices per stage
 TP2_8 = ParallelConfig(tp=2, dp=4, ep=8, etp=1)  # 8 devices per stage
 DS_CFG = ParallelConfig(tp=1, dp=16, ep=16, etp=1)  # DeepSeek-V3, 16 devices per stage
-H2_B2 = ["h800", "h800", "910b", "910b"]
+H2_B2 = ["h800", "h800", "a100", "a100"]
 
 # (name, plan, model, cluster) — all valid Megatron plans, used by the round-trip and oracle tests.
 DS_COUNTS = [5] + [4] * 13 + [3, 2]  # 61 decoder + 1 MTP = 62, MTP in the last stage
 VALID = [
     ("even", make_plan([6, 6, 6, 6], H2_B2, TP2), MIXTRAL, C16),
-    ("first-only", make_plan([14, 10], ["h800", "910b"], TP2_8), MIXTRAL, C16),
+    ("first-only", make_plan([14, 10], ["h800", "a100"], TP2_8), MIXTRAL, C16),
     ("last-only", make_plan([7, 7, 7, 3], H2_B2, TP2), MIXTRAL, C16),
     ("first-last", make_plan([9, 6, 6, 3], H2_B2, TP2), MIXTRAL, C16),
     ("layout-uneven", make_plan([8, 7, 5, 4], H2_B2, TP2), MIXTRAL, C16),
@@ -87,23 +87,23 @@ VALID = [
     ("first-last-vpp2", make_plan([8, 6, 6, 4], H2_B2, TP2, vpp=2), MIXTRAL, C16),
     ("full-recompute", make_plan([8, 7, 5, 4], H2_B2, TP2, recompute="full"), MIXTRAL, C16),
     ("selective", make_plan([6, 6, 6, 6], H2_B2, TP2, recompute="selective"), MIXTRAL, C16),
-    ("tp1-cp2", make_plan([12, 12], ["h800", "910b"], ParallelConfig(tp=1, cp=2, dp=4, ep=8)), MIXTRAL, C16),
+    ("tp1-cp2", make_plan([12, 12], ["h800", "a100"], ParallelConfig(tp=1, cp=2, dp=4, ep=8)), MIXTRAL, C16),
     ("pp1", make_plan([24], ["h800"], TP2_8), MIXTRAL, C16),
     (
         "dsv3-mtp-last",
-        make_plan(DS_COUNTS, ["h800"] * 8 + ["910b"] * 8, DS_CFG, model=DSV3, cluster="256-h800-910b"),
+        make_plan(DS_COUNTS, ["h800"] * 8 + ["a100"] * 8, DS_CFG, model=DSV3, cluster="128xh800+128xa100"),
         DSV3,
         C256,
     ),
     (
         "dsv3-mtp-vpp2",
-        make_plan(DS_COUNTS, ["h800"] * 8 + ["910b"] * 8, DS_CFG, model=DSV3, cluster="256-h800-910b", vpp=2),
+        make_plan(DS_COUNTS, ["h800"] * 8 + ["a100"] * 8, DS_CFG, model=DSV3, cluster="128xh800+128xa100", vpp=2),
         DSV3,
         C256,
     ),
     (
         "dsv3-last-flag",  # 4 decoder layers per rank, the last rank 1 decoder + MTP: --decoder-last-... 1
-        make_plan([4] * 15 + [2], ["h800"] * 8 + ["910b"] * 8, DS_CFG, model=DSV3, cluster="256-h800-910b"),
+        make_plan([4] * 15 + [2], ["h800"] * 8 + ["a100"] * 8, DS_CFG, model=DSV3, cluster="128xh800+128xa100"),
         DSV3,
         C256,
     ),
@@ -290,7 +290,7 @@ def test_args_fp8_and_settings_switches() -> None:
 
 
 def test_args_reject_non_uniform_mesh_and_mixed_recompute() -> None:
-    bad = make_plan([12, 12], ["h800", "910b"], [TP2_8, ParallelConfig(tp=4, dp=2, ep=8)], family="hetero")
+    bad = make_plan([12, 12], ["h800", "a100"], [TP2_8, ParallelConfig(tp=4, dp=2, ep=8)], family="hetero")
     with pytest.raises(ExportError, match="rule_uniform_mesh"):
         megatron_args(bad, MIXTRAL, C16)
     mixed = make_plan([6, 6, 6, 6], H2_B2, TP2, recompute=["full", "none", "none", "none"])
@@ -342,39 +342,45 @@ def test_round_trip_export_parse_rebuild(case: tuple[str, Plan, ModelSpec, objec
         assert getattr(rebuilt, f) == getattr(plan, f)
 
 
-def test_rebuild_rejects_partial_block_recompute() -> None:
+def test_rebuild_maps_partial_block_recompute_to_full_k() -> None:
+    """Block recompute of the first K layers per chunk is a plan recompute value of its own (``full:K``)."""
     plan, model, cluster = VALID[0][1:]
     a = [*megatron_args(plan, model, cluster), "--recompute-granularity", "full", "--recompute-method", "block"]
     a += ["--recompute-num-layers", "2"]
-    with pytest.raises(ExportError, match="block"):
-        plan_from_megatron_args(a, hostfile(plan, cluster), model, cluster)
+    back = plan_from_megatron_args(a, hostfile(plan, cluster), model, cluster)
+    assert {s.recompute for s in back.stages} == {"full:2"}
+    u = [*megatron_args(plan, model, cluster), "--recompute-granularity", "full", "--recompute-method", "uniform"]
+    u += ["--recompute-num-layers", "3"]
+    assert {s.recompute for s in plan_from_megatron_args(u, hostfile(plan, cluster), model, cluster).stages} == {
+        "uniform:3"
+    }
 
 
 # ---------------------------------------------------------------------- hostfile and launch scripts
 def test_hostfile_orders_stages_by_type() -> None:
     plan = make_plan([8, 7, 5, 4], H2_B2, TP2)
     lines = [ln for ln in hostfile(plan, C16).splitlines() if not ln.startswith("#")]
-    assert lines == ["h800-node0 slots=8", "910b-node0 slots=8"]
+    assert lines == ["h800-node0 slots=8", "a100-node0 slots=8"]
 
 
 def test_interleaved_types_split_a_node_into_units() -> None:
     """h800, 910b, h800, 910b stages of 4 devices: each node's ranks are not consecutive, so each node
     runs two torchrun agents restricted to their devices."""
-    plan = make_plan([6, 6, 6, 6], ["h800", "910b", "h800", "910b"], TP2)
+    plan = make_plan([6, 6, 6, 6], ["h800", "a100", "h800", "a100"], TP2)
     units = launch_units(plan, C16)
     assert [(u.host, u.first_rank, u.locals) for u in units] == [
         ("h800-node0", 0, (0, 1, 2, 3)),
-        ("910b-node0", 4, (0, 1, 2, 3)),
+        ("a100-node0", 4, (0, 1, 2, 3)),
         ("h800-node0", 8, (4, 5, 6, 7)),
-        ("910b-node0", 12, (4, 5, 6, 7)),
+        ("a100-node0", 12, (4, 5, 6, 7)),
     ]
     scripts = launch_scripts(plan, C16, MIXTRAL)
     assert sorted(scripts) == [f"launch_node{k}.sh" for k in range(4)]
-    assert "export ASCEND_RT_VISIBLE_DEVICES=4,5,6,7" in scripts["launch_node3.sh"]
+    assert "export CUDA_VISIBLE_DEVICES=4,5,6,7" in scripts["launch_node3.sh"]  # a100: NVIDIA
     assert "export CUDA_VISIBLE_DEVICES=4,5,6,7" in scripts["launch_node2.sh"]
     assert "VISIBLE_DEVICES" not in scripts["launch_node0.sh"]
     rebuilt = plan_from_megatron_args(megatron_args(plan, MIXTRAL, C16), hostfile(plan, C16), MIXTRAL, C16)
-    assert [s.device for s in rebuilt.stages] == ["h800", "910b", "h800", "910b"]
+    assert [s.device for s in rebuilt.stages] == ["h800", "a100", "h800", "a100"]
 
 
 def test_launch_script_contents() -> None:
@@ -432,11 +438,11 @@ def test_null_vocab_probe_gives_the_model_vocabulary(tmp_path: Path, source: str
 
 
 def test_multi_node_stage_spans_nodes_in_order() -> None:
-    cl = CAT.cluster("32-1")  # 16 h800 (2 nodes) + 16 910b (2 nodes)
+    cl = CAT.cluster("16xh800+16xa100")  # 16 h800 (2 nodes) + 16 910b (2 nodes)
     cfg = ParallelConfig(tp=2, dp=8, ep=8)
-    plan = make_plan([12, 12], ["h800", "910b"], cfg, cluster="32-1")
+    plan = make_plan([12, 12], ["h800", "a100"], cfg, cluster="16xh800+16xa100")
     lines = [ln for ln in hostfile(plan, cl).splitlines() if not ln.startswith("#")]
-    assert lines == ["h800-node0 slots=8", "h800-node1 slots=8", "910b-node0 slots=8", "910b-node1 slots=8"]
+    assert lines == ["h800-node0 slots=8", "h800-node1 slots=8", "a100-node0 slots=8", "a100-node1 slots=8"]
 
 
 # ---------------------------------------------------------------------- recompute note
@@ -474,7 +480,7 @@ def test_export_plan_megatron_writes_files(tmp_path: Path) -> None:
     rebuilt = plan_from_megatron_args(text, (out / "hostfile").read_text(), MIXTRAL, C16)
     assert rebuilt.stages == plan.stages
     readme = (out / "README.txt").read_text()
-    assert "Layer layout" in readme and "MindSpeed" in readme
+    assert "Layer layout" in readme
 
 
 def test_export_plan_removes_stale_scripts_only(tmp_path: Path) -> None:
@@ -486,7 +492,7 @@ def test_export_plan_removes_stale_scripts_only(tmp_path: Path) -> None:
 
 
 def test_export_plan_refuses_hetero_plan_for_megatron(tmp_path: Path) -> None:
-    bad = make_plan([12, 12], ["h800", "910b"], [TP2_8, ParallelConfig(tp=4, dp=2, ep=8)], family="hetero")
+    bad = make_plan([12, 12], ["h800", "a100"], [TP2_8, ParallelConfig(tp=4, dp=2, ep=8)], family="hetero")
     with pytest.raises(ExportError, match="rule_uniform_mesh"):
         export_plan(bad, MIXTRAL, C16, "megatron", tmp_path / "x")
     assert not (tmp_path / "x").exists()
@@ -502,7 +508,7 @@ def test_export_plan_plan_error_for_invalid_plan(tmp_path: Path) -> None:
 
 def test_export_plan_unknown_target(tmp_path: Path) -> None:
     with pytest.raises(HapmoeError, match="unknown target"):
-        export_plan(VALID[0][1], MIXTRAL, C16, "mindspeed", tmp_path)  # type: ignore[arg-type]
+        export_plan(VALID[0][1], MIXTRAL, C16, "deepspeed", tmp_path)  # type: ignore[arg-type]
 
 
 def test_export_plan_unwritable_dir_is_output_error(tmp_path: Path) -> None:
@@ -521,7 +527,7 @@ def test_launch_scripts_are_valid_bash(tmp_path: Path) -> None:
 
     if shutil.which("bash") is None:
         pytest.skip("no bash")
-    export_plan(make_plan([6, 6, 6, 6], ["h800", "910b", "h800", "910b"], TP2), MIXTRAL, C16, "megatron", tmp_path)
+    export_plan(make_plan([6, 6, 6, 6], ["h800", "a100", "h800", "a100"], TP2), MIXTRAL, C16, "megatron", tmp_path)
     for p in tmp_path.glob("launch_node*.sh"):
         subprocess.run(["bash", "-n", str(p)], check=True)
 
@@ -533,7 +539,7 @@ def test_launch_script_passes_args_verbatim(tmp_path: Path) -> None:
 
     if shutil.which("bash") is None:
         pytest.skip("no bash")
-    plan = make_plan(DS_COUNTS, ["h800"] * 8 + ["910b"] * 8, DS_CFG, model=DSV3, cluster="256-h800-910b", vpp=2)
+    plan = make_plan(DS_COUNTS, ["h800"] * 8 + ["a100"] * 8, DS_CFG, model=DSV3, cluster="128xh800+128xa100", vpp=2)
     export_plan(plan, DSV3, C256, "megatron", tmp_path)
     # files that a glob of '([0]*3+[1]*58)' or the layout could match if globbing were on
     (tmp_path / "(0x3+1x58)").write_text("")

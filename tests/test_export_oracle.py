@@ -55,9 +55,9 @@ CAT = Catalog()
 MIX = CAT.model("mixtral-s")
 DSV3 = CAT.model("deepseek-v3")
 DSV2L = CAT.model("deepseek-v2-lite")
-C16 = CAT.cluster("16-1")
-C32 = CAT.cluster("32-1")
-C256 = CAT.cluster("256-h800-910b")
+C16 = CAT.cluster("8xh800+8xa100")  # two NVIDIA types: upstream Megatron-LM runs them
+C32 = CAT.cluster("16xh800+16xa100")
+C256 = CAT.cluster("128xh800+128xa100")
 
 
 def make_plan(
@@ -81,15 +81,15 @@ def make_plan(
     return Plan(model.name, cluster.name, family, tuple(stages), gbs, 4096, mbs, vpp=vpp)  # type: ignore[arg-type]
 
 
-HHBB = ["h800", "h800", "910b", "910b"]
+HHBB = ["h800", "h800", "a100", "a100"]
 G4 = ParallelConfig(tp=2, dp=2, ep=4)
 G8 = ParallelConfig(tp=2, dp=4, ep=8)
 DS16 = ParallelConfig(tp=1, dp=16, ep=16)
-DS_TYPES = ["h800"] * 8 + ["910b"] * 8
+DS_TYPES = ["h800"] * 8 + ["a100"] * 8
 
 MEGATRON_PLANS: list[tuple[str, Plan, ModelSpec, ClusterSpec]] = [
     ("mixtral-even", make_plan([6, 6, 6, 6], HHBB, G4, MIX, C16), MIX, C16),
-    ("mixtral-first", make_plan([14, 10], ["h800", "910b"], G8, MIX, C16), MIX, C16),
+    ("mixtral-first", make_plan([14, 10], ["h800", "a100"], G8, MIX, C16), MIX, C16),
     ("mixtral-first-last", make_plan([9, 6, 6, 3], HHBB, G4, MIX, C16), MIX, C16),
     ("mixtral-uneven-layout", make_plan([8, 7, 5, 4], HHBB, G4, MIX, C16), MIX, C16),
     ("mixtral-even-vpp2", make_plan([6, 6, 6, 6], HHBB, G4, MIX, C16, vpp=2), MIX, C16),
@@ -99,13 +99,13 @@ MEGATRON_PLANS: list[tuple[str, Plan, ModelSpec, ClusterSpec]] = [
     ("mixtral-selective", make_plan([8, 7, 5, 4], HHBB, G4, MIX, C16, rec="selective"), MIX, C16),
     (
         "mixtral-cp2-etp2",
-        make_plan([12, 12], ["h800", "910b"], ParallelConfig(tp=2, cp=2, dp=2, ep=2, etp=2), MIX, C16),
+        make_plan([12, 12], ["h800", "a100"], ParallelConfig(tp=2, cp=2, dp=2, ep=2, etp=2), MIX, C16),
         MIX,
         C16,
     ),
-    ("mixtral-32-8stages", make_plan([3] * 8, ["h800"] * 4 + ["910b"] * 4, G4, MIX, C32, vpp=3), MIX, C32),
+    ("mixtral-32-8stages", make_plan([3] * 8, ["h800"] * 4 + ["a100"] * 4, G4, MIX, C32, vpp=3), MIX, C32),
     # first rank's first chunk the embedding alone, last rank's last chunk the loss alone (E|t|...|t|L)
-    ("mixtral-embedding-loss-chunks", make_plan([12, 12], ["h800", "910b"], G8, MIX, C16, vpp=13), MIX, C16),
+    ("mixtral-embedding-loss-chunks", make_plan([12, 12], ["h800", "a100"], G8, MIX, C16, vpp=13), MIX, C16),
     ("dsv3-mtp-layout", make_plan([5] + [4] * 13 + [3, 2], DS_TYPES, DS16, DSV3, C256), DSV3, C256),
     ("dsv3-mtp-vpp2", make_plan([5] + [4] * 13 + [3, 2], DS_TYPES, DS16, DSV3, C256, vpp=2), DSV3, C256),
     ("dsv3-mtp-last-flag", make_plan([4] * 15 + [2], DS_TYPES, DS16, DSV3, C256), DSV3, C256),
@@ -117,9 +117,9 @@ HETERO_PLANS: list[tuple[str, Plan, ModelSpec, ClusterSpec]] = [
     (
         "mixtral-two-meshes",
         make_plan(
-            [14, 10],
-            ["h800", "910b"],
-            [ParallelConfig(tp=4, dp=2, ep=2), ParallelConfig(tp=2, dp=4, ep=2)],
+            [7, 7, 5, 5],
+            HHBB,
+            [ParallelConfig(tp=4, dp=1, ep=2)] * 2 + [ParallelConfig(tp=2, dp=2, ep=2)] * 2,
             MIX,
             C16,
             mbs=2,
@@ -244,7 +244,7 @@ def test_megatron_core_rejects_what_we_reject_config(rule: str, plan: Plan, edit
 
 
 def test_megatron_core_rejects_expert_grid_like_us() -> None:
-    bad = make_plan([12, 12], ["h800", "910b"], ParallelConfig(tp=2, dp=2, ep=8), MIX, C16)
+    bad = make_plan([12, 12], ["h800", "a100"], ParallelConfig(tp=2, dp=2, ep=8), MIX, C16)
     assert "rule_expert_grid_divides_world" in {v.rule for v in validate(bad, MIX, C16, "megatron")}
     with fake_world(bad.devices_used), pytest.raises(RuntimeError, match="not divisible"):
         init_mesh(bad.devices_used, 2, 2, 1, 8, 1, None)
@@ -401,7 +401,7 @@ def test_megatron_core_accepts_cuda_graph_and_bf16_reduction_flags() -> None:
     st = replace(
         plan.settings(),
         cuda_graph_scope="attn,moe_router,moe_preprocess",
-        grad_reduce_in_fp32=False,
+        grad_reduce_in_bf16=True,
         tp_comm_overlap=True,
     )
     graphed = replace(plan, run_settings=st)

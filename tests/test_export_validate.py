@@ -24,8 +24,10 @@ from hapmoe_milp.specs.model import ModelSpec
 
 CAT = Catalog()
 MIX = CAT.model("mixtral-s")
-C16 = CAT.cluster("16-1")
+C16 = CAT.cluster("16-1")  # 8 H800 + 8 910B: FlagScale's (cross-vendor)
 C32 = CAT.cluster("32-1")
+H16 = CAT.cluster("16-1-h")  # 16 H800: Megatron-LM's
+A16 = CAT.cluster("16-2-h")  # 16 910B: MindSpeed-LLM's
 MIX_TIED = replace(MIX, untie_embeddings_and_output_weights=False)
 MIX_MTP1 = replace(MIX, mtp_num_layers=1)
 MIX_MTP2 = replace(MIX, mtp_num_layers=2)
@@ -64,11 +66,15 @@ def plan(
 
 
 HB = ["h800", "910b"]
+HH = ["h800", "h800"]
 G4 = pc(tp=2, dp=2, ep=4)  # 4 devices
 G8 = pc(tp=2, dp=4, ep=8)  # 8 devices
-GOOD_MG = plan([8, 7, 5, 4], ["h800", "h800", "910b", "910b"], G4)  # layout
-GOOD_FIRST = plan([14, 10], HB, G8)  # --decoder-first-pipeline-num-layers
-GOOD_FS = plan([14, 10], HB, [pc(tp=4, dp=2, ep=2), pc(tp=2, dp=4, ep=2)], family="hetero", mbs=2)
+GOOD_MG = plan([8, 7, 5, 4], ["h800"] * 4, G4, cluster="16-1-h")  # layout
+GOOD_FIRST = plan([14, 10], HH, G8, cluster="16-1-h")  # --decoder-first-pipeline-num-layers
+# FlagScale: every mesh after the first holds two or more stages (its layer offset needs mesh pp > 1)
+FS_H, FS_B = pc(tp=4, dp=1, ep=2), pc(tp=2, dp=2, ep=2)  # 4 devices each
+GOOD_FS = plan([7, 7, 5, 5], ["h800", "h800", "910b", "910b"], [FS_H, FS_H, FS_B, FS_B], family="hetero", mbs=2)
+GOOD_MS = plan([10, 8, 6], ["910b"] * 3, G4, cluster="16-2-h")  # --num-layer-list
 
 
 def edit_args(base: Plan, model: ModelSpec = MIX, cluster: ClusterSpec = C16) -> Callable[..., list[str]]:
@@ -106,7 +112,7 @@ class Case:
     plan: Plan
     target: str = "megatron"
     model: ModelSpec = MIX
-    cluster: ClusterSpec = C16
+    cluster: ClusterSpec | None = None  # the plan's own
     kw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -114,13 +120,37 @@ def _hetero(p: Plan) -> Plan:
     return replace(p, family="hetero")
 
 
-TIED_DP = plan([12, 12], HB, [pc(tp=2, dp=4, ep=2), pc(tp=2, dp=2, ep=2)], model=MIX_TIED, family="hetero", mbs=1)
-LAYOUT_ARGS = edit_args(GOOD_MG)
-FIRST_ARGS = edit_args(GOOD_FIRST)
+TIED_DP = plan(
+    [6, 6, 6, 6],
+    ["h800", "h800", "910b", "910b"],
+    [pc(tp=2, dp=2, ep=2)] * 2 + [pc(tp=2, dp=1, ep=2)] * 2,
+    model=MIX_TIED,
+    family="hetero",
+    mbs=1,
+)
+LAYOUT_ARGS = edit_args(GOOD_MG, cluster=H16)
+FIRST_ARGS = edit_args(GOOD_FIRST, cluster=H16)
+
+
+def edit_ms(base: Plan) -> Callable[..., list[str]]:
+    """Like edit_args, on MindSpeed-LLM's command line."""
+    from hapmoe_milp.export.mindspeed import mindspeed_args
+
+    def f(drop: tuple[str, ...] = (), add: list[str] | None = None) -> list[str]:
+        out, skip = [], False
+        for t in mindspeed_args(base, MIX, A16):
+            if t.startswith("--"):
+                skip = t in drop
+            if not skip:
+                out.append(t)
+        return out + (add or [])
+
+    return f
+
 
 PREFIX_SPLIT = plan(
     [8, 6, 10], ["h800", "h800", "910b"], [pc(tp=4, ep=2), pc(tp=4, ep=2), pc(tp=2, dp=4, ep=2)], family="hetero", mbs=4
-)
+)  # its 910B mesh is one stage: FlagScale would build its layers as [0, 10)
 
 OFFLOAD_MG = GOOD_MG.with_settings(GOOD_MG.settings().with_(optimizer_offload=True))
 OFFLOAD_FS = GOOD_FS.with_settings(GOOD_FS.settings().with_(optimizer_offload=True))
@@ -130,14 +160,21 @@ HYBRID = replace(MIX, hybrid_override_pattern="ME*E" * 6, swiglu=False, squared_
 CHUNKED = replace(MIX, attention_chunk_size=1024, no_rope_freq=4)
 
 CASES: list[Case] = [
-    Case("rule_megatron_architecture", plan([12, 12], HB, G8), model=replace(HYBRID, mamba_version=1)),
+    Case(
+        "rule_megatron_architecture", plan([12, 12], HH, G8, cluster="16-1-h"), model=replace(HYBRID, mamba_version=1)
+    ),
     Case("rule_megatron_attention_differs", GOOD_MG, model=CHUNKED),
-    Case("rule_fs_gpt_models_only", GOOD_FS, "flagscale", model=HYBRID),
-    Case("rule_hybrid_pipeline_split", plan([8, 7, 5, 4], ["h800", "h800", "910b", "910b"], G4), model=HYBRID),
+    Case("rule_runtime_hybrid", GOOD_FS, "flagscale", model=HYBRID),
+    Case("rule_hybrid_pipeline_split", GOOD_MG, model=HYBRID),
     Case(
         "rule_offload_flags",
         OFFLOAD_MG,
-        kw={"args": edit_args(OFFLOAD_MG)(drop=("--optimizer-cpu-offload", "--use-precision-aware-optimizer"))},
+        cluster=H16,
+        kw={
+            "args": edit_args(OFFLOAD_MG, cluster=H16)(
+                drop=("--optimizer-cpu-offload", "--use-precision-aware-optimizer")
+            )
+        },
     ),
     Case(
         "rule_fs_offload_keys",
@@ -150,9 +187,76 @@ CASES: list[Case] = [
     Case(
         "rule_offload_needs_dist_opt",
         GOOD_MG,
+        cluster=H16,
         kw={"settings": Settings(optimizer_offload=True, distributed_optimizer=False)},
     ),
-    Case("rule_fs_single_stage_mesh_offset", PREFIX_SPLIT, "flagscale", model=MIX_PREFIX),
+    # ---- what a runtime declares (the search reads the same fields)
+    Case("rule_runtime_mesh_stages", PREFIX_SPLIT, "flagscale", model=MIX_PREFIX),
+    Case("rule_runtime_vendors", plan([12, 12], HB, G8)),
+    Case("rule_runtime_vpp", _hetero(replace(GOOD_FS, vpp=2)), "flagscale"),
+    Case("rule_runtime_cp", _hetero(plan([6, 6, 6, 6], HB * 2, pc(tp=2, cp=2, ep=2))), "flagscale"),
+    Case(
+        "rule_runtime_recompute",
+        replace(GOOD_FS, stages=(*GOOD_FS.stages[:3], replace(GOOD_FS.stages[3], recompute="selective"))),
+        "flagscale",
+    ),
+    Case(
+        "rule_runtime_ep_all_or_none",
+        _hetero(
+            plan([6, 6, 6, 6], ["h800", "h800", "910b", "910b"], [pc(tp=2, dp=2)] * 2 + [pc(tp=2, dp=2, ep=2)] * 2)
+        ),
+        "flagscale",
+    ),
+    Case(
+        "rule_runtime_edge_tp",
+        plan(
+            [6, 6, 6, 6],
+            ["h800", "h800", "910b", "910b"],
+            [pc(tp=4, dp=1, ep=2)] * 2 + [pc(tp=2, dp=2, ep=2)] * 2,
+            model=MIX_TIED,
+            family="hetero",
+            mbs=2,
+        ),
+        "flagscale",
+        model=MIX_TIED,
+    ),
+    Case(
+        "rule_runtime_edge_dp",
+        plan(
+            [6, 6, 6, 6],
+            ["h800", "h800", "910b", "910b"],
+            [pc(tp=1, dp=3, ep=1)] * 2 + [pc(tp=2, dp=2, ep=1)] * 2,
+            model=replace(DENSE, untie_embeddings_and_output_weights=False, num_layers=24),
+            family="hetero",
+            mbs=2,
+            gbs=252,
+        ),
+        "flagscale",
+        model=replace(DENSE, untie_embeddings_and_output_weights=False, num_layers=24),
+    ),
+    Case(
+        "rule_runtime_mtp_with_decoder",
+        plan([12, 12, 1], ["h800", "910b", "910b"], G4, model=MIX_MTP1),
+        "flagscale",
+        model=MIX_MTP1,
+    ),
+    Case("rule_runtime_precision", replace(GOOD_FS, precision="fp8"), "flagscale"),
+    Case("rule_runtime_dispatcher", replace(GOOD_FS, dispatcher="flex"), "flagscale"),
+    # ---- MindSpeed-LLM target, edited arguments
+    Case(
+        "rule_ms_num_layer_list",
+        GOOD_MS,
+        "mindspeed",
+        cluster=A16,
+        kw={"args": edit_ms(GOOD_MS)(drop=("--num-layer-list",))},
+    ),
+    Case(
+        "rule_ms_context_parallel_algo",
+        GOOD_MS,
+        "mindspeed",
+        cluster=A16,
+        kw={"args": edit_ms(GOOD_MS)(add=["--context-parallel-algo", "ulysses"])},
+    ),
     # ---- structural
     Case("rule_stage_layers_contiguous", plan([12, 12], HB, G8, start=1)),
     Case("rule_layers_cover_model", plan([12, 8], HB, G8)),
@@ -198,7 +302,6 @@ CASES: list[Case] = [
     # ---- Megatron target, plan level
     Case("rule_uniform_mesh", GOOD_FS),
     Case("rule_world_divisible_by_tp_pp_cp", plan([12, 12], HB, [pc(tp=2, dp=2, ep=4), pc(tp=2, dp=1, ep=2)])),
-    Case("rule_uniform_recompute", plan([12, 12], HB, G8, rec=["full", "none"])),
     Case("rule_vpp_needs_pp_gt_1", plan([24], ["h800"], G8, vpp=2)),
     Case("rule_vpp_microbatches_divisible_by_pp", plan([8, 8, 8], ["h800", "h800", "910b"], G4, vpp=2)),
     Case("rule_ep_overlap_requirements", GOOD_MG, kw={"settings": Settings(overlap_ep_comm=True)}),
@@ -257,47 +360,17 @@ CASES: list[Case] = [
     Case(
         "rule_fs_same_cp", _hetero(plan([12, 12], HB, [pc(tp=2, dp=4, ep=2), pc(tp=2, cp=2, dp=2, ep=2)])), "flagscale"
     ),
-    Case("rule_fs_cp_is_one", _hetero(plan([12, 12], HB, pc(tp=2, cp=2, dp=2, ep=2))), "flagscale"),
-    Case(
-        "rule_fs_ep_all_or_none", _hetero(plan([12, 12], HB, [pc(tp=2, dp=4, ep=1), pc(tp=2, dp=4, ep=2)])), "flagscale"
-    ),
     Case(
         "rule_fs_microbatch_divisible",
         _hetero(plan([12, 12], HB, [pc(tp=8, dp=1, ep=8), pc(tp=4, dp=2, ep=8)])),
         "flagscale",
     ),
     Case(
-        "rule_fs_tied_embedding_tp",
-        plan([12, 12], HB, [pc(tp=4, dp=2, ep=2), pc(tp=2, dp=4, ep=2)], model=MIX_TIED, family="hetero", mbs=2),
-        "flagscale",
-        model=MIX_TIED,
-    ),
-    Case(
-        "rule_fs_shared_embedding_dp",
-        plan(
-            [12, 12],
-            ["h800", "910b"],
-            [pc(tp=2, dp=3, ep=2), pc(tp=2, dp=2, ep=2)],
-            model=MIX_TIED,
-            family="hetero",
-            mbs=2,
-            gbs=252,
-        ),
-        "flagscale",
-        model=MIX_TIED,
-    ),
-    Case("rule_fs_no_vpp", _hetero(replace(GOOD_MG, vpp=2)), "flagscale"),
-    Case(
         "rule_fs_mtp_on_last_stage", plan([25, 0], HB, G8, model=MIX_MTP1, family="hetero"), "flagscale", model=MIX_MTP1
     ),
     Case(
         "rule_fs_device_types_grouped",
         plan([8, 8, 8], ["h800", "910b", "h800"], G4, family="hetero"),
-        "flagscale",
-    ),
-    Case(
-        "rule_fs_recompute_expressible",
-        replace(GOOD_FS, stages=(GOOD_FS.stages[0], replace(GOOD_FS.stages[1], recompute="selective"))),
         "flagscale",
     ),
     # ---- FlagScale target, edited config
@@ -317,7 +390,7 @@ CASES: list[Case] = [
         "rule_fs_pp_matches_meshes",
         GOOD_FS,
         "flagscale",
-        kw={"fs_config": edit_fs(GOOD_FS, MIX, lambda c: c["system"].update(pipeline_model_parallel_size=4))},
+        kw={"fs_config": edit_fs(GOOD_FS, MIX, lambda c: c["system"].update(pipeline_model_parallel_size=3))},
     ),
     Case(
         "rule_fs_layer_split",
@@ -364,7 +437,8 @@ def test_every_rule_has_a_case() -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.rule for c in CASES])
 def test_rule_trips(case: Case) -> None:
-    found = validate(case.plan, case.model, case.cluster, case.target, **case.kw)  # type: ignore[arg-type]
+    cluster = case.cluster or CAT.cluster(case.plan.cluster)
+    found = validate(case.plan, case.model, cluster, case.target, **case.kw)  # type: ignore[arg-type]
     rules = {v.rule for v in found}
     assert case.rule in rules, found
     v = next(v for v in found if v.rule == case.rule)
@@ -373,27 +447,48 @@ def test_rule_trips(case: Case) -> None:
 
 
 @pytest.mark.parametrize(
-    ("p", "target", "model"),
+    ("p", "target", "model", "cluster"),
     [
-        (GOOD_MG, "megatron", MIX),
-        (GOOD_FIRST, "megatron", MIX),
-        (GOOD_FIRST, "flagscale", MIX),
-        (GOOD_FS, "flagscale", MIX),
-        (TIED_DP, "flagscale", MIX_TIED),
-        (plan([12, 12], HB, pc(dp=8, ep=8)), "megatron", MIX),
-        (plan([16, 16], HB, pc(tp=2, dp=4)), "megatron", DENSE),
-        (plan([14, 10], HB, G8), "megatron", HYBRID),  # Megatron's hybrid stack: first-stage flag
+        (GOOD_MG, "megatron", MIX, H16),
+        (GOOD_FIRST, "megatron", MIX, H16),
+        (plan([6, 6, 6, 6], ["h800", "h800", "910b", "910b"], G4), "flagscale", MIX, C16),  # one mesh per type
+        (GOOD_FS, "flagscale", MIX, C16),
+        (TIED_DP, "flagscale", MIX_TIED, C16),
+        (plan([12, 12], HH, pc(dp=8, ep=8), cluster="16-1-h"), "megatron", MIX, H16),
+        (plan([16, 16], HH, pc(tp=2, dp=4), cluster="16-1-h"), "megatron", DENSE, H16),
+        (GOOD_MS, "mindspeed", MIX, A16),
+        (plan([12, 12], ["910b"] * 2, G8, cluster="16-2-h"), "mindspeed", MIX, A16),
+        (
+            plan([14, 10], HH, G8, cluster="16-1-h"),
+            "megatron",
+            HYBRID,
+            H16,
+        ),  # Megatron's hybrid stack: first-stage flag
     ],
 )
-def test_good_plans_have_no_violations(p: Plan, target: str, model: ModelSpec) -> None:
-    assert validate(p, model, C16, target) == []  # type: ignore[arg-type]
-    check(p, model, C16, target)  # type: ignore[arg-type]
+def test_good_plans_have_no_violations(p: Plan, target: str, model: ModelSpec, cluster: ClusterSpec) -> None:
+    assert validate(p, model, cluster, target) == []  # type: ignore[arg-type]
+    check(p, model, cluster, target)  # type: ignore[arg-type]
 
 
 def test_good_plans_also_pass_check_plan() -> None:
     """Our export rules are at least as strict as plan.check_plan on the plans we accept."""
-    for p, model in ((GOOD_MG, MIX), (GOOD_FS, MIX), (GOOD_FIRST, MIX)):
-        check_plan(p, model, C16)
+    for p, model, cluster in ((GOOD_MG, MIX, H16), (GOOD_FS, MIX, C16), (GOOD_FIRST, MIX, H16), (GOOD_MS, MIX, A16)):
+        check_plan(p, model, cluster)
+
+
+def test_one_setting_runtimes_refuse_mixed_recompute() -> None:
+    p = plan([12, 12], HH, G8, rec=["full", "none"], cluster="16-1-h")
+    assert "rule_runtime_recompute" in {v.rule for v in validate(p, MIX, H16, "megatron")}
+
+
+def test_cross_vendor_plans_run_on_flagscale_only() -> None:
+    """A plan over H800 and 910B: FlagScale runs it; Megatron-LM and MindSpeed-LLM each refuse the other
+    vendor's stages."""
+    p = plan([12, 12], HB, G8)
+    assert "rule_runtime_vendors" in {v.rule for v in validate(p, MIX, C16, "megatron")}
+    assert "rule_runtime_vendors" in {v.rule for v in validate(p, MIX, C16, "mindspeed")}
+    assert "rule_runtime_vendors" not in {v.rule for v in validate(p, MIX, C16, "flagscale")}
 
 
 def test_structural_violations_stop_validation() -> None:
@@ -409,36 +504,36 @@ def test_check_raises_plan_error_for_plan_rules() -> None:
 
 def test_check_raises_export_error_for_target_rules() -> None:
     with pytest.raises(ExportError) as ei:
-        check(GOOD_FS, MIX, C16, "megatron")
-    assert "[rule_uniform_mesh]" in str(ei.value) and ei.value.field == "stages[1]"
-    with pytest.raises(ExportError, match=r"flagscale: \[rule_fs_no_vpp\]"):
-        check(_hetero(replace(GOOD_MG, vpp=2)), MIX, C16, "flagscale")
+        check(replace(GOOD_FS, stages=tuple(replace(s, device="h800") for s in GOOD_FS.stages)), MIX, H16, "megatron")
+    assert "[rule_uniform_mesh]" in str(ei.value) and ei.value.field == "stages[2]"
+    with pytest.raises(ExportError, match=r"flagscale: \[rule_runtime_vpp\]"):
+        check(_hetero(replace(GOOD_FS, vpp=2)), MIX, C16, "flagscale")
 
 
 def test_unknown_target() -> None:
     with pytest.raises(ExportError, match="unknown target"):
-        validate(GOOD_MG, MIX, C16, "mindspeed")  # type: ignore[arg-type]
+        validate(GOOD_MG, MIX, C16, "deepspeed")  # type: ignore[arg-type]
 
 
 def test_rule_exportable_is_the_safety_net(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*a: object, **k: object) -> list[str]:
         raise ExportError("cannot express this")
 
-    monkeypatch.setattr(sys.modules["hapmoe_milp.export.validate"], "megatron_args", boom)
-    found = validate(GOOD_MG, MIX, C16, "megatron")
+    monkeypatch.setitem(sys.modules["hapmoe_milp.export.artifacts"]._ARGS, "megatron", boom)
+    found = validate(GOOD_MG, MIX, H16, "megatron")
     assert found == [Violation("rule_exportable", "plan", "cannot express this", "export")]
 
 
 def test_offload_plans_validate_with_their_own_exports() -> None:
-    assert validate(OFFLOAD_MG, MIX, C16, "megatron") == []
+    assert validate(OFFLOAD_MG, MIX, H16, "megatron") == []
     assert validate(OFFLOAD_FS, MIX, C16, "flagscale") == []
     # a plan that does not offload, checked against arguments that do
-    args = megatron_args(OFFLOAD_MG, MIX, C16)
-    assert "rule_offload_flags" in {v.rule for v in validate(GOOD_MG, MIX, C16, "megatron", args=args)}
+    args = megatron_args(OFFLOAD_MG, MIX, H16)
+    assert "rule_offload_flags" in {v.rule for v in validate(GOOD_MG, MIX, H16, "megatron", args=args)}
 
 
 def test_args_text_is_accepted() -> None:
     from hapmoe_milp.export.megatron import format_args_file
 
-    text = format_args_file(megatron_args(GOOD_MG, MIX, C16))
-    assert validate(GOOD_MG, MIX, C16, "megatron", args=text) == []
+    text = format_args_file(megatron_args(GOOD_MG, MIX, H16))
+    assert validate(GOOD_MG, MIX, H16, "megatron", args=text) == []

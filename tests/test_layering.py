@@ -25,7 +25,7 @@ PKG = Path(__file__).resolve().parent.parent / "hapmoe_milp"
 ROOT = "hapmoe_milp"  # the package itself (its __init__: the two-name public facade)
 
 # shared vocabulary, importable from every room above it
-FOUNDATION = frozenset({"errors", "limits", "fileio", "config"})
+FOUNDATION = frozenset({"errors", "limits", "fileio", "config", "deadline"})
 MODEL = FOUNDATION | {"specs", "plan"}  # input specs and the plan types
 PRICED = MODEL | {"cost"}  # ... and the cost model
 SEARCHED = PRICED | {"space", "instance", "search"}  # ... and the search over one shared instance
@@ -36,12 +36,13 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "limits": frozenset(),
     "fileio": frozenset({"errors"}),
     "config": frozenset({"errors", "limits"}),
+    "deadline": frozenset({"errors"}),  # the time limit as a point in time, checked while building models
     "layout": frozenset(),  # Megatron's layout grammar: plain text rules, read by knobs and export
     "render": frozenset(),  # rich tables from plain dicts: knows no type of ours
     # inputs and the plan vocabulary
     "specs": FOUNDATION,
     "runtimes": FOUNDATION | {"specs"},  # design §2: what each runtime runs, read by space, validate, export
-    "plan": FOUNDATION | {"specs"},
+    "plan": FOUNDATION | {"specs", "runtimes"},  # a plan file records its runtime and the commits checked
     # cost -> space/instance -> search
     "cost": MODEL,
     "space": PRICED | {"runtimes"},
@@ -50,10 +51,12 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "presets": FOUNDATION | {"specs", "space"},  # solver presets name pruning switches
     # one plan from flags, and what runs it
     "knobs": MODEL | {"layout"},
-    "export": PRICED | {"layout", "runtimes"},
+    "export": PRICED | {"layout", "runtimes", "space"},  # validate reads the space's rules between stages
     # reports and studies built on the search
-    "compare": SEARCHED,
-    "api": SEARCHED,  # the Python facade front ends call; no library module below it imports it
+    "compare": SEARCHED | {"api", "runtimes"},  # compare --runtimes: one api.solve per runtime
+    # the Python facade front ends call; no library module below it imports it. It resolves runtimes and
+    # asks export which architectures Megatron-Core cannot build (export/megatron_arch.py)
+    "api": SEARCHED | {"runtimes", "export"},
     "baselines": SEARCHED | {"api"},  # our planner next to theirs: it calls api.solve like a user would
     "calibration": PRICED | {"knobs"},  # measured runs -> plans (knobs) -> predictions (cost), never the facade
     "plot": PRICED,

@@ -69,12 +69,14 @@ def test_solve_plan_file_estimate_is_exact(model: str, cluster: str, tmp_path: P
 def test_export_carries_what_the_plan_needs(model: str, cluster: str, tmp_path: Path) -> None:
     sol = solved(model, cluster)
     plan, m, c = sol.plan, CAT.model(model), CAT.cluster(cluster)
-    target = "megatron" if not [v for v in validate(plan, m, c, "megatron") if v.severity == "error"] else "flagscale"
+    target = plan.runtime  # the default search names the runtime that runs its plan
+    assert target in ("megatron", "rocm", "mindspeed", "flagscale")
     assert not [v for v in validate(plan, m, c, target) if v.severity == "error"], target
     export_plan(plan, m, c, target, tmp_path)  # type: ignore[arg-type]
     offload = plan.settings().optimizer_offload
-    if target == "megatron":
-        args = parse_megatron_args((tmp_path / "megatron_args.txt").read_text())
+    if target != "flagscale":
+        name = "mindspeed_args.txt" if target == "mindspeed" else "megatron_args.txt"
+        args = parse_megatron_args((tmp_path / name).read_text())
         assert bool(args.get("optimizer_cpu_offload")) == offload
         assert bool(args.get("use_precision_aware_optimizer")) == offload
         if offload:

@@ -161,8 +161,9 @@ def test_tiny_config_and_user_peak() -> None:
 def test_bad_arguments_are_profiler_errors() -> None:
     with pytest.raises(ProfilerError, match="invalid device name"):
         profile_device("has space", config=TINY_CFG)
-    with pytest.raises(ProfilerError, match="positive"):
-        profile_device("x", config=TINY_CFG, peak_tflops=-1.0)
+    for bad in (-1.0, 5e-324, 1e300):  # a peak becomes the table's peak_tflops: its physical range applies
+        with pytest.raises(ProfilerError, match="must lie in"):
+            profile_device("x", config=TINY_CFG, peak_tflops=bad)
     with pytest.raises(ProfilerError, match="unknown backend"):
         profile_device("x", config=TINY_CFG, backend="tpu")
     if not torch.cuda.is_available():

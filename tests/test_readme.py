@@ -67,6 +67,9 @@ def test_readme_commands_run_in_order(tmp_path: Path, monkeypatch: pytest.Monkey
     assert (tmp_path / "launch" / "megatron_args.txt").is_file()
     assert (tmp_path / "launch-fs" / "flagscale.yaml").is_file()
     assert (tmp_path / "launch-fs" / "experiment.yaml").is_file()
+    assert (tmp_path / "launch-ms" / "mindspeed_args.txt").is_file()
+    for folder, runtime in (("launch-fs", "flagscale"), ("launch", "megatron"), ("launch-ms", "mindspeed")):
+        assert json.loads((tmp_path / folder / "plan.json").read_text())["runtime"]["name"] == runtime
     assert sum(1 for _ in (tmp_path / "results.jsonl").open()) == 3
     assert list((tmp_path / "profiled").glob("my-gpu.yaml"))
 
@@ -77,3 +80,18 @@ def test_readme_python_api_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     (code,) = blocks("python")
     exec(compile(code, "README.md", "exec"), {})
     assert json.loads((tmp_path / "plan-api.json").read_text())["model"]["name"] == "mixtral-s"
+
+
+def test_setup_command_returns_a_flagscale_runnable_plan(capsys) -> None:
+    """The set-up command's answer on 8 H800 + 8 910B is FlagScale's: no VPP, CP 1, its rules met."""
+    (setup,) = [c for c in commands() if c.startswith("hapmoe-milp solve --model mixtral-s --cluster 16-1")]
+    argv = [*shlex.split(setup)[1:], "--time-limit", "20", "--json"]
+    assert cli.run(argv) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert plan["runtime"]["name"] == "flagscale" and plan["vpp"] == 1
+    assert {s["cp"] for s in plan["stages"]} == {1}
+    from hapmoe_milp.export.validate import validate
+    from hapmoe_milp.plan import plan_from_dict
+
+    p = plan_from_dict(plan, "stdout")
+    assert validate(p, p.model_spec, p.cluster_spec, "flagscale") == []

@@ -23,10 +23,10 @@ from hapmoe_milp.export.common import plan_chunks
 from hapmoe_milp.instance import build_instances, group_keys, in_group
 from hapmoe_milp.plan import Plan, Stage, check_plan
 from hapmoe_milp.search.dp import solve_dp
-from hapmoe_milp.search.dp_reference import solve_dp_reference
 from hapmoe_milp.space import Pruning
 from hapmoe_milp.specs import Catalog
 from tests.helpers import interleavable, tiny_cluster, tiny_model
+from tests.oracles.dp_reference import solve_dp_reference
 
 
 def brute_force(model, cluster, st: Settings, family: str, max_vpp: int = 8) -> float:
@@ -426,8 +426,9 @@ def test_megatron_queue_bounds_are_valid(catalog, body, mem, pair, gbs):
 
     from hapmoe_milp.instance import group_key
     from hapmoe_milp.search import cpsat
+    from hapmoe_milp.search.depth_model import DepthModel
     from hapmoe_milp.search.dp import _MegatronQueue
-    from hapmoe_milp.search.formulation import DepthModel, SubProblem, evaluate_assignment
+    from hapmoe_milp.search.formulation import SubProblem, evaluate_assignment
 
     model = tiny_model((1,) * body)
     cluster = tiny_cluster(catalog, [(pair[0], 2, mem), (pair[1], 2, None)])

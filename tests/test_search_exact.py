@@ -26,10 +26,12 @@ from hapmoe_milp.errors import InfeasibleError, SolverError
 from hapmoe_milp.instance import build_instances, group_keys
 from hapmoe_milp.plan import check_plan
 from hapmoe_milp.search import backends, cpsat, exact, milp
+from hapmoe_milp.search.depth_model import DepthModel
 from hapmoe_milp.search.dp import solve_dp
-from hapmoe_milp.search.formulation import DepthModel, SubProblem, assignment_of, evaluate_assignment
+from hapmoe_milp.search.formulation import SubProblem, assignment_of, evaluate_assignment
 from hapmoe_milp.space import Pruning
-from tests.helpers import interleavable, lead_block, tiny_cluster, tiny_model
+from tests.helpers import lead_block, tiny_cluster, tiny_model
+from tests.oracles.brute_force import depth_optima
 
 # every solver searches the same space: plain and interleaved (VPP, up to Pruning's max_vpp) plans
 OFF = Pruning.off()
@@ -133,6 +135,9 @@ VPP_CASES = [
     ((0, 1, 1, 1, 1, 1), 2, [("h800", 2, 2.6), ("mi300x", 2, None)], 8, "megatron"),
     ((1, 1, 1, 1, 1, 1, 1, 1), 0, [("h800", 4, 2.6), ("910b", 2, None)], 8, "megatron"),
     ((0, 1, 1, 1, 1, 1, 1, 1), 0, [("a100", 2, None), ("v100", 2, None)], 4, "megatron"),
+    # dense prefix + MTP + VPP on two and on one device type (issue 19)
+    ((0, 0, 1, 1, 1, 1), 1, [("h800", 2, 2.6), ("910b", 2, None)], 8, "both"),
+    ((0, 1, 1, 1, 1, 1, 1), 1, [("a100", 4, 2.6)], 8, "both"),
 ]
 
 
@@ -324,39 +329,6 @@ def test_optimal_plan_survives_every_reduction(catalog):
         assert found
 
 
-def _depth_optima(sp: SubProblem) -> dict[int, tuple[float, list]]:
-    """Brute force: the best plan of every depth of a sub-problem (instance pricing, layout rules by
-    ``check_plan``), independent of the formulation's arcs and reductions."""
-    import itertools
-
-    from hapmoe_milp.errors import PlanError
-    from hapmoe_milp.search.formulation import plan_of
-
-    inst = sp.inst
-    n = sp.N
-    out: dict[int, tuple[float, list]] = {}
-    for P in range(1, sp.K + 1):
-        for cuts in itertools.combinations(range(1, n), P - 1):
-            bounds = (0, *cuts, n)
-            counts = [bounds[j + 1] - bounds[j] for j in range(P)]
-            if inst.vpp > 1 and not interleavable(inst.model, counts, inst.vpp, inst.num_microbatches):
-                continue  # the interleaved space of tests/test_search_dp.py's brute force
-            for combo in itertools.product(range(sp.O), repeat=P):
-                if len({int(sp.gid[i]) for i in combo}) > 1:
-                    continue
-                a = [(i, bounds[j], bounds[j + 1]) for j, i in enumerate(combo)]
-                if sp.options[combo[0]].cfg.dp != inst.first_dp:
-                    continue
-                try:
-                    check_plan(plan_of(sp, a), inst.model, inst.cluster)
-                except PlanError:
-                    continue
-                val, fits = evaluate_assignment(sp, a)
-                if fits and val < out.get(P, (math.inf, []))[0]:
-                    out[P] = (val, a)
-    return out
-
-
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
@@ -377,12 +349,12 @@ def test_depth_model_reductions_against_brute_force(catalog, pattern, sizes, mem
     cluster = tiny_cluster(catalog, spec)
     st_ = _settings()
     best = min(
-        (v for sp in _subproblems(model, cluster, st_, family) for v, _ in _depth_optima(sp).values()), default=None
+        (v for sp in _subproblems(model, cluster, st_, family) for v, _ in depth_optima(sp).values()), default=None
     )
     if best is None:
         return
     for sp in _subproblems(model, cluster, st_, family):
-        optima = _depth_optima(sp)
+        optima = depth_optima(sp)
         if optima:  # the sub-problem's root bound (per-type rate, knapsack floor) is below its optimum
             assert sp.root_bound <= min(v for v, _ in optima.values()) * (1 + 1e-9)
         for P, (opt, a) in optima.items():
@@ -436,7 +408,7 @@ def test_vpp_depth_models_against_brute_force(catalog, lead, body, mtp, sizes, m
     cluster = tiny_cluster(catalog, spec)
     st_ = replace(_settings(gbs), seq_length=4096)  # activations large enough for in-flight to matter
     subs = [sp for sp in _subproblems(model, cluster, st_, "megatron", max_vpp=3) if sp.inst.vpp > 1]
-    optima = [(sp, _depth_optima(sp)) for sp in subs]
+    optima = [(sp, depth_optima(sp)) for sp in subs]
     values = [v for _, o in optima for v, _ in o.values()]
     if not values:
         return
@@ -467,7 +439,7 @@ def test_symmetry_cut_under_interleaving(catalog):
         dm = DepthModel(sp, 4, math.inf)
         if not dm.symmetry:
             continue
-        opt = _depth_optima(sp).get(4)
+        opt = depth_optima(sp).get(4)
         assert opt is not None
         for mod in (cpsat, milp):
             res = mod.solve_model(dm, threads=1)

@@ -160,7 +160,7 @@ def _doc(**over: Any) -> dict[str, Any]:
         (_doc(groups=[{"device": "h800", "nodes": 0}]), "groups[0].nodes: must be positive"),
         (_doc(groups=[{"device": "h800"}]), "groups[0].nodes: required field is missing"),
         (_doc(groups=[{"device": "h800", "nodes": 1, "gpus": 8}]), "groups[0].gpus: unknown field"),
-        (_doc(cross_link={"efficiency": 1.5}), "cross_link.efficiency: must be a fraction"),
+        (_doc(cross_link={"efficiency": 1.5}), "cross_link.efficiency: 1.5 is outside the physical range"),
         (_doc(cross_link={"latency_us": -1}), "cross_link.latency_us: must be non-negative"),
         (_doc(topology="ring"), "topology: unknown field"),
     ],

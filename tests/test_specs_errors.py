@@ -668,3 +668,72 @@ def test_cluster_scalar_sources(small_catalog, tmp_path):
     p.write_text(yaml.safe_dump({**VALID_CLUSTER, "sources": 5}))
     with pytest.raises(SpecError, match="sources"):
         small_catalog.cluster(str(p))
+
+
+# ---------------------------------------------------------------------- second pass (issue 20)
+HF_MIXTRAL = {
+    "model_type": "mixtral",
+    "num_hidden_layers": 4,
+    "hidden_size": 1024,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "vocab_size": 32000,
+    "intermediate_size": 2048,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+}
+
+
+@pytest.mark.parametrize(
+    "key", ["num_local_experts", "num_experts_per_tok", "intermediate_size", "hidden_size", "num_hidden_layers"]
+)
+def test_hf_fields_of_2_to_the_70_name_the_hf_field(key):
+    """The caps apply where the value is read, under the config's own name (not the Megatron field it maps to)."""
+    with pytest.raises(SpecError) as ei:
+        model_from_hf_config({**HF_MIXTRAL, key: 2**70}, "x/config.json")
+    assert ei.value.field == key and "2^70" in str(ei.value)
+
+
+@pytest.mark.parametrize("depth", [33, 400, 5000])
+def test_deeply_nested_layer_freq_is_refused_before_parsing(depth):
+    expr = "(" * depth + "[1]*24" + ")" * depth
+    with pytest.raises(SpecError, match="nest deeper"):
+        model_from_dict({**MIX, "moe_layer_freq": expr}, "deep.yaml")
+
+
+def test_layer_freq_sum_of_many_terms_is_linear():
+    """100,000 one-entry terms: the parser extends in place (it used to copy the list per term: minutes)."""
+    expr = "+".join(["[1]"] * (MIX["num_layers"]))
+    assert model_from_dict({**MIX, "moe_layer_freq": expr}, "m.yaml").moe_pattern == (1,) * MIX["num_layers"]
+    with pytest.raises(SpecError, match="entries"):
+        model_from_dict({**MIX, "moe_layer_freq": "+".join(["[1]"] * 99_999)}, "m.yaml")
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("peak_tflops", "bf16"), 5e-324),
+        (("memory_bandwidth_GBps",), 5e-324),
+        (("memory_bandwidth_GBps",), 1e300),
+        (("nic_Gbps",), 1e-300),
+        (("memory_gib",), 1e9),
+    ],
+    ids=str,
+)
+def test_device_numbers_outside_their_physical_range(path, value, tmp_path):
+    doc = yaml.safe_load((CAT.root / "clusters" / "devices" / "h800.yaml").read_text())
+    node = doc
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    from hapmoe_milp.specs.device import device_from_dict
+
+    with pytest.raises(SpecError) as ei:
+        device_from_dict(doc, "h800.yaml")
+    assert ei.value.field == ".".join(path) and ("range" in str(ei.value) or "denormal" in str(ei.value))
+
+
+def test_yaml_exponent_numbers_are_numbers(tmp_path):
+    p = tmp_path / "x.yaml"
+    p.write_text("a: 1e-4\nb: 3E9\nc: .5e1\nd: '1e3'\n")
+    assert load_document(p) == {"a": 1e-4, "b": 3e9, "c": 5.0, "d": "1e3"}

@@ -29,6 +29,7 @@ from hapmoe_milp.sweep import (
     run_case,
     run_sweep,
 )
+from hapmoe_milp.sweep.results import error_row
 
 # Fast cases: each solves in ~1-4 s with the DP; mixtral-l on 8 H800 without offload cannot fit.
 OK_A = ("mixtral-s", "16-1-h")
@@ -250,8 +251,12 @@ def test_resume_keeps_a_complete_last_line_without_newline(tmp_path):
 
 def test_corrupt_line_in_the_middle_is_reported(tmp_path):
     out = tmp_path / "r.jsonl"
-    out.write_text('{"id": "a", "status": "ok"}\nnot json\n{"id": "b", "status": "ok"}\n')
+    a, b = (json.dumps(error_row(c, "no plan")) for c in cases_from_clusters(["mixtral-s"], ["16-1", "16-2"]))
+    out.write_text(f"{a}\nnot json\n{b}\n")
     with pytest.raises(HapmoeError, match="line 2"):
+        read_results(out)
+    out.write_text(f'{a}\n{b[:-1]}, "status": "ok"}}\n')  # an ok row without its numbers: line 2's field
+    with pytest.raises(HapmoeError, match=r"line 2: status: duplicate key|line 2.*status"):
         read_results(out)
 
 
@@ -419,7 +424,10 @@ import os
 def run_case(case, model, cluster, solver="dp", time_limit=None):
     if case.cluster.startswith("crash"):
         os._exit(3)
-    return {"id": case.id, "model": case.model, "cluster": {"spec": case.cluster}, "status": "ok", "tokens_per_s": 1.0}
+    return {
+        "id": case.id, "model": case.model, "cluster": {"spec": case.cluster}, "settings": {}, "status": "ok",
+        "tokens_per_s": 8.0, "tokens_per_s_per_device": 1.0, "iteration_time_s": 1.0, "devices": 8,
+    }
 """
 
 

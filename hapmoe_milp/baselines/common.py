@@ -69,6 +69,23 @@ def infeasible(name: str, t0: float, message: str, **stats: Any) -> Solution:
     )
 
 
+def stopped(
+    name: str,
+    t0: float,
+    plan: Plan | None,
+    candidates: int,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    settings: Settings,
+) -> Solution:
+    """The Solution of a baseline whose search the time limit stopped: its best plan so far, or none."""
+    msg = f"stopped by the time limit after {candidates} candidates"
+    if plan is None:
+        return Solution(name, "timeout", None, math.inf, math.nan, time.perf_counter() - t0, message=msg)
+    sol = finish(name, model, cluster, settings, plan, t0, msg + "; the best plan so far", {"candidates": candidates})
+    return replace(sol, status="timeout")
+
+
 def finish(
     name: str,
     model: ModelSpec,

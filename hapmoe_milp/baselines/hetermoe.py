@@ -21,13 +21,14 @@ from typing import Any
 
 from hapmoe_milp.config import ParallelConfig, Recompute, Settings
 from hapmoe_milp.cost.estimate import estimate
-from hapmoe_milp.cost.model import OVERHEAD_TP1, CostModel
+from hapmoe_milp.cost.model import CostModel
+from hapmoe_milp.deadline import NO_DEADLINE, Deadline
 from hapmoe_milp.plan import Plan, Stage, check_plan
 from hapmoe_milp.search.solution import Solution
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
 
-from .common import SOLVER_NAMES, divisors, infeasible, make_plan, pow2_upto
+from .common import SOLVER_NAMES, divisors, infeasible, make_plan, pow2_upto, stopped
 from .megatron_uniform import megatron_uniform
 
 
@@ -101,7 +102,9 @@ class _ZebraSides:
     dense_act: float
 
 
-def hetermoe_style(model: ModelSpec, cluster: ClusterSpec, settings: Settings) -> Solution:
+def hetermoe_style(
+    model: ModelSpec, cluster: ClusterSpec, settings: Settings, *, deadline: Deadline = NO_DEADLINE
+) -> Solution:
     """HeterMoE (arXiv 2504.03871): zebra parallelism with Asym-EA, priced with our cost model's pieces.
 
     What is modelled: a ZP group is ``M`` attention devices of the faster type (faster attention per
@@ -134,7 +137,7 @@ def hetermoe_style(model: ModelSpec, cluster: ClusterSpec, settings: Settings) -
     t0 = time.perf_counter()
     types = cluster.device_types
     if len(types) != 2 or not model.is_moe:
-        sol = megatron_uniform(model, cluster, settings)
+        sol = megatron_uniform(model, cluster, settings, deadline=deadline)
         why = "homogeneous cluster" if len(types) == 1 else ("dense model" if not model.is_moe else ">2 device types")
         return replace(
             sol, solver=name, message=f"{why}: zebra parallelism does not apply; Megatron-uniform plan. " + sol.message
@@ -145,10 +148,14 @@ def hetermoe_style(model: ModelSpec, cluster: ClusterSpec, settings: Settings) -
     best: ZebraPlan | None = None
     evaluated = 0
     for zp in _zebra_layouts(cm, att, exp):
+        if deadline.passed():  # stop with the best layout so far; the row says the time limit stopped it
+            break
         evaluated += 1
         if zp.fits and (best is None or zp.iteration_time_s < best.iteration_time_s - 1e-12):
             best = zp
     if best is None:
+        if deadline.passed():
+            return stopped(name, t0, None, evaluated, model, cluster, settings)
         return infeasible(name, t0, f"no zebra layout fits ({evaluated} candidates)", candidates=evaluated)
     proxy = _zebra_proxy(model, cluster, settings, best)
     devices = best.zp_groups * (best.attention_devices + best.expert_devices)
@@ -403,7 +410,7 @@ def _zebra_best_offload(
         edge_f=R * (first.fwd + last.fwd),
         edge_b=R * (first.bwd + last.bwd),
         # transient working set: the attention layer's (the cost model's, all experts local) plus the
-        # logits of the head, and the framework overhead
+        # logits of the head; context and fragmentation are in the capacity (cost/memory.py budget)
         fixed_a=cm.fixed_memory(att, ParallelConfig(tp=tp, dp=1), b) + last.work,
         cap_a=cap_a,
         cap_e=cap_e,
@@ -483,7 +490,7 @@ class _OffloadScan:
 
     def mem_e(self, f: float) -> float:
         s = self.s
-        return self.side_e(f)[0] + self.R * self.L_moe * (1 - f) * s.act_e + OVERHEAD_TP1 + (1 - f) * s.work_e
+        return self.side_e(f)[0] + self.R * self.L_moe * (1 - f) * s.act_e + (1 - f) * s.work_e
 
     def at(self, u: int) -> ZebraPlan | None:
         """The plan offloading ``u`` units, or None when a side runs out of memory."""

@@ -11,13 +11,14 @@ import time
 from hapmoe_milp.config import Settings
 from hapmoe_milp.cost.estimate import estimate
 from hapmoe_milp.cost.model import CostModel
+from hapmoe_milp.deadline import NO_DEADLINE, Deadline
 from hapmoe_milp.plan import Plan, Stage
 from hapmoe_milp.search.solution import Solution
 from hapmoe_milp.space import configs
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
 
-from .common import REC_ORDER, SOLVER_NAMES, divisors, finish, infeasible, is_valid, make_plan
+from .common import REC_ORDER, SOLVER_NAMES, divisors, finish, infeasible, is_valid, make_plan, stopped
 
 
 def megatron_uniform(
@@ -27,6 +28,7 @@ def megatron_uniform(
     *,
     vpp: bool = True,
     max_vpp: int = 8,
+    deadline: Deadline = NO_DEADLINE,
 ) -> Solution:
     """The fastest plan upstream Megatron-LM expresses with one mesh shape and no pipeline layout.
 
@@ -37,7 +39,8 @@ def megatron_uniform(
     the last stage), one recompute setting for every stage, and VPP needs ``num_layers % (PP*VPP) == 0``
     and ``M % PP == 0``. The fastest plan whose memory fits wins. Recompute levels are tried cheapest
     first per mesh because recomputation only ever adds time. This is HAPMoE's "MI" baseline, made
-    stronger: a grid search instead of a hand-tuned configuration.
+    stronger: a grid search instead of a hand-tuned configuration. Past ``deadline`` the search stops with
+    the best plan so far (status ``timeout``).
     """
     name = SOLVER_NAMES["megatron"]
     t0 = time.perf_counter()
@@ -60,6 +63,8 @@ def megatron_uniform(
         bounds = [(i * per, (i + 1) * per) for i in range(pp)]
         bounds[-1] = (bounds[-1][0], n_all)
         for cfg in configs(model, g, node, settings.seq_length):
+            if deadline.passed():
+                break
             if settings.global_batch_size % (cfg.dp * settings.micro_batch_size):
                 continue
             m = settings.global_batch_size // (cfg.dp * settings.micro_batch_size)
@@ -79,6 +84,8 @@ def megatron_uniform(
                     if best is None or est.iteration_time_s < best[0] - 1e-12:
                         best = (est.iteration_time_s, plan)
                     break  # costlier recompute levels are only slower
+    if deadline.passed():
+        return stopped(name, t0, best[1] if best else None, tried, model, cluster, settings)
     if best is None:
         return infeasible(name, t0, f"no uniform Megatron plan fits ({tried} candidates)", candidates=tried)
     plan = best[1]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from hapmoe_milp.config import ParallelConfig, Recompute, Settings
 from hapmoe_milp.cost.estimate import estimate, plan_stage_totals
 from hapmoe_milp.cost.model import CostModel
+from hapmoe_milp.deadline import NO_DEADLINE, Deadline
 from hapmoe_milp.errors import PlanError
 from hapmoe_milp.plan import Plan, Stage, check_config
 from hapmoe_milp.search.solution import Solution
@@ -24,7 +25,17 @@ from hapmoe_milp.space import stage_sizes
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
 
-from .common import SOLVER_NAMES, divisors, finish, infeasible, is_valid, make_plan, pow2_upto, sub_cluster
+from .common import (
+    SOLVER_NAMES,
+    divisors,
+    finish,
+    infeasible,
+    is_valid,
+    make_plan,
+    pow2_upto,
+    stopped,
+    sub_cluster,
+)
 from .megatron_uniform import megatron_uniform
 
 
@@ -55,7 +66,7 @@ def _partitions(total: int, sizes: Sequence[int], max_parts: int) -> list[tuple[
 
 
 def _fixed_expert_layout(
-    model: ModelSpec, cluster: ClusterSpec, settings: Settings
+    model: ModelSpec, cluster: ClusterSpec, settings: Settings, deadline: Deadline = NO_DEADLINE
 ) -> tuple[dict[str, tuple[int, int]], str]:
     """EP/ETP per device type "from homogeneous profiling": the best uniform Megatron plan on a
     cluster made of that type alone. FlagScale's "EP on in all meshes or none" is then enforced by
@@ -65,15 +76,15 @@ def _fixed_expert_layout(
     found: dict[str, tuple[int, int]] = {}
     for did in cluster.device_types:
         sub = sub_cluster(cluster, did)
-        sol = megatron_uniform(model, sub, settings, vpp=False)
+        sol = megatron_uniform(model, sub, settings, vpp=False, deadline=deadline)
         if sol.plan is None and not settings.optimizer_offload:
-            sol = megatron_uniform(model, sub, replace(settings, optimizer_offload=True), vpp=False)
+            sol = megatron_uniform(model, sub, replace(settings, optimizer_offload=True), vpp=False, deadline=deadline)
         if sol.plan is not None:
             c = sol.plan.stages[0].cfg
             found[did] = (c.ep, c.etp)
     note = "homogeneous profiling per type"
     if not found:
-        sol = megatron_uniform(model, cluster, settings, vpp=False)
+        sol = megatron_uniform(model, cluster, settings, vpp=False, deadline=deadline)
         if sol.plan is not None:
             c = sol.plan.stages[0].cfg
             ref = (c.ep, c.etp)
@@ -252,6 +263,7 @@ def metis_style(
     *,
     max_stages: int = 8,
     max_stages_per_type: int = 4,
+    deadline: Deadline = NO_DEADLINE,
 ) -> Solution:
     """Metis (USENIX ATC'24) as HAPMoE adapts it: heterogeneous PP/DP/TP search, MoE-unaware.
 
@@ -266,11 +278,12 @@ def metis_style(
       (EP all-to-all invisible, as in Metis's estimator);
     - hetero family semantics: ``(dp0*mbs) % dp_i == 0``, EP on in every stage or none, no VPP;
       recompute is none, or full on a stage that cannot fit otherwise.
-    The chosen plan is then scored truthfully with :func:`estimate`.
+    The chosen plan is then scored truthfully with :func:`estimate`. Past ``deadline`` the search stops with
+    the best plan so far (status ``timeout``).
     """
     name = SOLVER_NAMES["metis"]
     t0 = time.perf_counter()
-    fixed, note = _fixed_expert_layout(model, cluster, settings)
+    fixed, note = _fixed_expert_layout(model, cluster, settings, deadline)
     planning = MoEUnawareCostModel(model, cluster, settings)
     inv = cluster.inventory
     per_type: dict[str, list[tuple[int, ...]]] = {
@@ -281,6 +294,8 @@ def metis_style(
     considered = 0
     for order in itertools.permutations(cluster.device_types):
         for parts in itertools.product(*(per_type[t] for t in order)):
+            if deadline.passed():
+                break
             devices = [t for t, p in zip(order, parts, strict=True) for _ in p]
             sizes = [g for p in parts for g in p]
             if not sizes or len(sizes) > min(max_stages, n):
@@ -293,6 +308,8 @@ def metis_style(
                 est = estimate(model, cluster, plan, settings, cost_model=planning)
                 if est.fits and (best is None or est.iteration_time_s < best.planned_s - 1e-12):
                     best = _MetisCandidate(est.iteration_time_s, plan)
+    if deadline.passed():
+        return stopped(name, t0, best.plan if best else None, considered, model, cluster, settings)
     if best is None:
         return infeasible(name, t0, f"no Metis-style plan fits ({considered} candidates; EP/ETP: {note})")
     p = best.plan

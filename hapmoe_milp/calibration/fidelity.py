@@ -14,8 +14,9 @@ from typing import Any
 from hapmoe_milp.calibration.runs import MeasuredRun
 from hapmoe_milp.config import Settings, make_settings
 from hapmoe_milp.cost.estimate import estimate
-from hapmoe_milp.errors import HapmoeError
+from hapmoe_milp.errors import HapmoeError, SpecError
 from hapmoe_milp.knobs import plan_from_knobs
+from hapmoe_milp.limits import RANGE_STEP_TIME_S
 from hapmoe_milp.plan import Plan, check_plan
 from hapmoe_milp.specs.catalog import Catalog
 from hapmoe_milp.specs.cluster import ClusterSpec
@@ -74,7 +75,16 @@ def prepare(run: MeasuredRun, catalog: Catalog) -> PreparedRun:
         check_plan(plan, m, c, where)
     except HapmoeError as exc:
         raise type(exc)(f"{where}: {exc}") from None
-    return PreparedRun(run, m, c, plan, st)
+    pr = PreparedRun(run, m, c, plan, st)
+    lo, hi = RANGE_STEP_TIME_S
+    if not lo <= pr.measured_s <= hi:  # tokens/s in range can still mean a step of microseconds or years
+        raise SpecError(
+            f"{run.measure} {run.value:g} means a step of {pr.measured_s:.3g} s on {c.world_size} devices, outside "
+            f"the physical range [{lo:g}, {hi:g}] s",
+            source=where,
+            field=run.measure,
+        )
+    return pr
 
 
 def with_devices(cluster: ClusterSpec, devices: Mapping[str, DeviceSpec]) -> ClusterSpec:

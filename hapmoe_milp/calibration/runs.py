@@ -15,25 +15,43 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hapmoe_milp.config import DISPATCHERS, FP8_RECIPES, check_graph_scope
-from hapmoe_milp.errors import SettingsError, SpecError
+from hapmoe_milp.config import DISPATCHERS, FP8_RECIPES, check_graph_scope, check_recompute
+from hapmoe_milp.errors import HapmoeError, SettingsError, SpecError
+from hapmoe_milp.limits import (
+    RANGE_MEMORY_GIB,
+    RANGE_STEP_TIME_S,
+    RANGE_TOKENS_PER_S,
+    RANGE_TOKENS_PER_S_PER_DEVICE,
+)
 from hapmoe_milp.specs._fields import Fields, load_document
 
-RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp8")
 #: Software stack of runs that do not name one: a user's own runs share one stack unless they say otherwise.
 DEFAULT_STACK = "user"
 MEASURES = ("step_time_s", "tokens_per_s_per_device", "tokens_per_s")
 KNOBS = ("tp", "pp", "cp", "ep", "etp", "vpp")
+# physical range of each measurement (limits.py): 1e-300 tokens/s is "positive" but divides to infinity
+MEASURE_RANGES = {
+    "step_time_s": RANGE_STEP_TIME_S,
+    "tokens_per_s_per_device": RANGE_TOKENS_PER_S_PER_DEVICE,
+    "tokens_per_s": RANGE_TOKENS_PER_S,
+}
 SETTING_BOOLS = (
     "overlap_ep_comm",
     "tp_comm_overlap",
     "overlap_grad_reduce",
     "overlap_param_gather",
     "optimizer_offload",
-    "grad_reduce_in_fp32",
+    "distributed_optimizer",
+    "grad_reduce_in_bf16",
     "fp8_param_gather",
+    "dropout",
 )
+# memory-related settings a run may state (checked by config.Settings like every other setting)
+SETTING_STRS = ("optimizer_state_dtype", "main_params_dtype", "fsdp", "offload_modules")
+#: What a measured peak is: live tensors (torch max_memory_allocated), the caching allocator's reserved peak,
+#: or device-level use (nvidia-smi / NVML: reserved plus context and communication buffers).
+MEMORY_KINDS = ("allocated", "reserved", "device")
 COLUMNS = (
     "id",
     "source",
@@ -51,8 +69,10 @@ COLUMNS = (
     "dispatcher",
     "cuda_graph_scope",
     *SETTING_BOOLS,
+    *SETTING_STRS,
     *MEASURES,
     "peak_memory_gib",
+    "peak_memory_kind",
     "notes",
 )
 
@@ -78,16 +98,24 @@ class MeasuredRun:
     dispatcher: str | None
     measure: str  # which of MEASURES was given
     value: float
-    flags: dict[str, bool] = field(default_factory=dict)
+    flags: dict[str, Any] = field(default_factory=dict)
     peak_memory_gib: float | None = None
     notes: str = ""
     origin: str = ""
     stack: str = DEFAULT_STACK
     fp8_recipe: str | None = None
+    peak_memory_kind: str = "allocated"
     cuda_graph_scope: str | None = None
+
+    @property
+    def has_time(self) -> bool:
+        """False for memory-only rows (``peak_memory_gib`` without a step-time measurement)."""
+        return bool(self.measure)
 
     def step_time_s(self, world_size: int) -> float:
         """The measurement as seconds per iteration (tokens/s are converted with GBS x sequence)."""
+        if not self.measure:
+            return math.nan
         tokens = self.global_batch_size * self.seq_length
         if self.measure == "step_time_s":
             return self.value
@@ -120,14 +148,20 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
     knobs = {k: f.int_(k, 1) for k in KNOBS if k != "etp"}
     etp = f.int_("etp", None)
     measures = [m for m in MEASURES if f.has(m)]
-    if len(measures) != 1:
+    memory_only = not measures and f.has("peak_memory_gib")
+    if len(measures) != 1 and not memory_only:
         raise f.err(
             "step_time_s",
-            f"give exactly one measurement of {', '.join(MEASURES)} (got {', '.join(measures) or 'none'})",
+            f"give exactly one measurement of {', '.join(MEASURES)} (got {', '.join(measures) or 'none'}), "
+            "or a peak_memory_gib alone",
         )
-    value = f.float_(measures[0])
+    value = math.nan if memory_only else f.float_(measures[0], within=MEASURE_RANGES[measures[0]])
     layout = f.str_("layout", None)
-    flags = {k: f.bool_(k) for k in SETTING_BOOLS if f.has(k)}
+    flags: dict[str, Any] = {k: f.bool_(k) for k in SETTING_BOOLS if f.has(k)}
+    for k in SETTING_STRS:
+        if f.has(k):
+            v = f.raw(k)
+            flags[k] = tuple(v) if isinstance(v, list) else v
     dispatcher = f.choice("dispatcher", DISPATCHERS) if f.has("dispatcher") else None
     graphs = None
     if f.has("cuda_graph_scope"):
@@ -147,16 +181,17 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
         etp=etp,
         vpp=knobs["vpp"],
         layout=layout or None,
-        recompute=f.choice("recompute", RECOMPUTE, "none"),
+        recompute=_recompute(f),
         seq_length=f.int_("seq_length"),
         global_batch_size=f.int_("global_batch_size"),
         micro_batch_size=f.int_("micro_batch_size", 1),
         precision=f.choice("precision", PRECISIONS, "bf16"),
         dispatcher=dispatcher,
-        measure=measures[0],
+        measure="" if memory_only else measures[0],
         value=value,
         flags=flags,
-        peak_memory_gib=f.float_("peak_memory_gib", None),
+        peak_memory_gib=f.float_("peak_memory_gib", None, within=RANGE_MEMORY_GIB, unit="GiB"),
+        peak_memory_kind=f.choice("peak_memory_kind", MEMORY_KINDS, "allocated"),
         notes=f.str_("notes", ""),
         origin=f.source,
         stack=f.str_("stack", DEFAULT_STACK),
@@ -167,9 +202,16 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
     return run
 
 
+def _recompute(f: Fields) -> str:
+    try:
+        return check_recompute(f.raw("recompute", "none"))
+    except HapmoeError as exc:
+        raise f.err("recompute", exc.detail) from None
+
+
 def _csv_rows(path: Path) -> list[dict[str, Any]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # spreadsheets write a byte-order mark first
     except FileNotFoundError:
         raise SpecError("file not found", source=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -226,7 +268,9 @@ def load_runs(path: str | Path) -> list[MeasuredRun]:
         doc = load_document(p)
         f = Fields(doc, str(p))
         items = f.list_("runs")
-        f.reject_unknown(allowed_extra=("description", "notes", "sources", "excluded", "held_out_policy"))
+        f.reject_unknown(
+            allowed_extra=("description", "notes", "sources", "excluded", "held_out_policy", "allocator_pairs")
+        )
         runs = [_run_from_fields(Fields(d, str(p), f"runs[{i}]")) for i, d in enumerate(items)]
     if not runs:
         raise SpecError("contains no runs", source=str(p))

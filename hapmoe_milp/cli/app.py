@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from hapmoe_milp.cli import catalog, measurement, planning, studies
-from hapmoe_milp.cli.options import STATE
+from hapmoe_milp.cli.options import STATE, flags
 from hapmoe_milp.errors import HapmoeError
 from hapmoe_milp.specs.catalog import Catalog
 
@@ -43,7 +43,8 @@ def _main(
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr, force=True)
     STATE.verbose = verbose
-    STATE.catalog = Catalog(devices_dirs=tuple(devices_dir or ()))
+    with flags():
+        STATE.catalog = Catalog(devices_dirs=tuple(devices_dir or ()))
 
 
 # (command name, function), in --help order; typer derives a name from the function unless one is given

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -31,17 +31,23 @@ def profile(
 ) -> None:
     """Measure this machine's device table with PyTorch (optional extra `profile`)."""
     from hapmoe_milp.fileio import check_output_dir
-    from hapmoe_milp.profiler import launch_local_collectives, profile_device, write_device_table
+    from hapmoe_milp.profiler import launch_local_collectives, profile_device, require_torch, write_device_table
+    from hapmoe_milp.profiler.collectives import check_local_ranks, load_collectives
     from hapmoe_milp.specs._fields import check_name
 
     check_name(device_name, None, "--device-name")
     target_dir = out if out.suffix not in (".yaml", ".yml") else out.parent
     check_output_dir(target_dir, "--out")
-    target_dir.mkdir(parents=True, exist_ok=True)
     base_dev = STATE.catalog.device(base, "", "--base") if base else None
+    with flags():  # what can be checked is checked before measuring (minutes), not after
+        if nproc is not None:
+            check_local_ranks(nproc)
+    colls: list[Any] = [load_collectives(c) for c in collectives or ()]
+    require_torch()
     with flags(), compute():
         meas = profile_device(device_name, quick=quick, backend=backend, peak_tflops=peak_tflops)
-        colls = list(collectives or ())
+        # created only now: whatever the profiler refuses (no torch, a bad --peak-tflops) leaves nothing behind
+        target_dir.mkdir(parents=True, exist_ok=True)
         if nproc:
             colls.append(launch_local_collectives(nproc, target_dir / f"{device_name}-intra.json", quick=quick))
         path = write_device_table(meas, target_dir, device_name=device_name, base=base_dev, collectives=colls)
@@ -94,6 +100,8 @@ def calibrate(
     from hapmoe_milp.fileio import check_output_dir
 
     names = [n.strip() for n in params.split(",") if n.strip()] if params else None
+    if params is not None and not names:
+        raise HapmoeError("names no runtime term to fit (leave it out for the usual set)", field="--params")
     cat = STATE.catalog
     target = check_output_dir(out or cat.calibrated_dir, "--out")
     with flags(), compute():

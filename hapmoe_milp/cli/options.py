@@ -44,9 +44,14 @@ FLAGS: dict[str, str] = {
     "overlap_ep_comm": "--ep-overlap",
     "cuda_graph_scope": "--cuda-graph-scope",
     "tp_comm_overlap": "--tp-overlap",
-    "grad_reduce_in_fp32": "--grad-reduce-bf16",
-    "fp8_param_gather": "--fp8-param-gather",
     "optimizer_offload": "--optimizer-offload",
+    "fsdp": "--fsdp",
+    "grad_reduce_in_bf16": "--grad-reduce-in-bf16",
+    "fp8_param_gather": "--fp8-param-gather",
+    "optimizer_state_dtype": "--optimizer-state-dtype",
+    "offload_modules": "--offload-modules",
+    "dropout": "--dropout",
+    "memory_headroom": "--memory-headroom",
     # one plan's layout (knobs.plan_from_knobs)
     "tp": "--tp",
     "pp": "--pp",
@@ -61,6 +66,7 @@ FLAGS: dict[str, str] = {
     "family": "--family",
     "solver": "--solver",
     "export": "--export",
+    "runtime": "--runtime",
     "target": "--target",
     "out_dir": "--out",
     "model": "--model",
@@ -80,6 +86,7 @@ FLAGS: dict[str, str] = {
     "out_jsonl": "--out",
     "out_png": "--plot",
     "x": "--x",
+    "devices_dirs": "--devices-dir",
     # profiler (profiler.profile_device, profiler.launch_local_collectives) and calibration
     "device_name": "--device-name",
     "peak_tflops": "--peak-tflops",
@@ -208,29 +215,60 @@ TpOverlapOpt = Annotated[
         help="Overlap tensor-parallel collectives with their GEMMs (--tp-comm-overlap; MindSpeed --use-mc2).",
     ),
 ]
-GradReduceOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--grad-reduce-bf16/--grad-reduce-fp32",
-        help="Reduce gradients in BF16 (--grad-reduce-in-bf16, the NeMo recipes) or FP32 (Megatron's default).",
-    ),
-]
-Fp8ParamGatherOpt = Annotated[
-    bool | None,
-    typer.Option("--fp8-param-gather/--no-fp8-param-gather", help="Gather FP8 parameters (--fp8-param-gather)."),
-]
 FamilyOpt = Annotated[
     str,
     typer.Option("--family", help="Plans to search: megatron (one mesh shape), hetero (per-stage meshes) or both."),
 ]
 TimeLimitOpt = Annotated[
-    float | None, typer.Option("--time-limit", help="Search time limit in seconds, > 0 (default 60).")
+    float | None,
+    typer.Option("--time-limit", help="Seconds for the whole command, model building included, > 0 (default 60)."),
 ]
 OffloadOpt = Annotated[
     str, typer.Option("--optimizer-offload", help="Optimizer states in host memory: auto (if nothing fits), on, off.")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print strict JSON on stdout instead of tables.")]
-TargetOpt = Annotated[str, typer.Option("--target", help="Framework: megatron (Megatron-LM) or flagscale.")]
+# memory levers (config.Settings checks them; cost/memory.py prices them)
+FsdpOpt = Annotated[
+    str | None,
+    typer.Option("--fsdp", help="Megatron-FSDP sharding: none, optim, optim_grads or optim_grads_params."),
+]
+GradBf16Opt = Annotated[
+    bool | None,
+    typer.Option(
+        "--grad-reduce-in-bf16/--grad-reduce-in-fp32",
+        help="Main grads and their data-parallel reduction in BF16 (the NeMo recipes) or FP32 (Megatron's default).",
+    ),
+]
+Fp8ParamOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--fp8-param-gather/--no-fp8-param-gather", help="FP8 params, gathered in FP8 (needs --precision fp8)."
+    ),
+]
+StateDtypeOpt = Annotated[
+    str | None, typer.Option("--optimizer-state-dtype", help="Adam moments: fp32 or bf16 (precision-aware).")
+]
+OffloadModulesOpt = Annotated[
+    str | None, typer.Option("--offload-modules", help="Fine-grained activation offload, comma-separated modules.")
+]
+DropoutOpt = Annotated[bool | None, typer.Option("--dropout/--no-dropout", help="Hidden/attention dropout 0.1.")]
+HeadroomOpt = Annotated[
+    float | None, typer.Option("--memory-headroom", help="Share of device memory kept free (default 0.0).")
+]
+TargetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--target", help="Runtime: megatron, rocm, mindspeed or flagscale (default: the runtime the plan names)."
+    ),
+]
+RuntimeOpt = Annotated[
+    str,
+    typer.Option(
+        "--runtime",
+        help="auto (every runtime that runs the cluster's vendors; the plan names its own), megatron, rocm, "
+        "mindspeed, flagscale, or any (the what-if space: plans no single runtime is known to run).",
+    ),
+]
 
 
 def settings_kw(**kw: Any) -> dict[str, Any]:

@@ -14,21 +14,27 @@ from hapmoe_milp.cli.options import (
     ClusterOpt,
     CudaGraphOpt,
     DispatcherOpt,
+    DropoutOpt,
     EpOverlapOpt,
     FamilyOpt,
-    Fp8ParamGatherOpt,
+    Fp8ParamOpt,
     Fp8RecipeOpt,
+    FsdpOpt,
     GbsOpt,
-    GradReduceOpt,
+    GradBf16Opt,
+    HeadroomOpt,
     ImbalanceOpt,
     JsonOpt,
     MbsOpt,
     ModelOpt,
+    OffloadModulesOpt,
     OffloadOpt,
     PlanClusterOpt,
     PlanModelOpt,
     PrecisionOpt,
+    RuntimeOpt,
     SeqOpt,
+    StateDtypeOpt,
     TargetOpt,
     TimeLimitOpt,
     TpOverlapOpt,
@@ -71,7 +77,12 @@ def estimate(
     gbs: GbsOpt = None,
     seq: SeqOpt = None,
     recompute: Annotated[
-        str | None, typer.Option("--recompute", help="Activation recompute: none, selective or full.")
+        str | None,
+        typer.Option(
+            "--recompute",
+            help="none, selective, sel-mlp, sel-moe, full, full:K (block), uniform:N, or Megatron modules "
+            "(core_attn,layernorm,moe_act,mla_up_proj,mlp,moe,shared_experts).",
+        ),
     ] = None,
     layout: Annotated[
         str | None, typer.Option("--layout", help="Megatron --pipeline-model-parallel-layout string.")
@@ -83,15 +94,21 @@ def estimate(
     ep_overlap: EpOverlapOpt = None,
     cuda_graph_scope: CudaGraphOpt = None,
     tp_overlap: TpOverlapOpt = None,
-    grad_reduce_bf16: GradReduceOpt = None,
-    fp8_param_gather: Fp8ParamGatherOpt = None,
     optimizer_offload: Annotated[
         str | None,
         typer.Option("--optimizer-offload", help="Optimizer states in host memory: on or off (default: the plan's)."),
     ] = None,
+    fsdp: FsdpOpt = None,
+    grad_reduce_in_bf16: GradBf16Opt = None,
+    fp8_param_gather: Fp8ParamOpt = None,
+    optimizer_state_dtype: StateDtypeOpt = None,
+    offload_modules: OffloadModulesOpt = None,
+    dropout: DropoutOpt = None,
+    memory_headroom: HeadroomOpt = None,
     simulate: Annotated[
         bool, typer.Option("--simulate", help="Event-driven 1F1B simulation instead of the closed form.")
     ] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Itemized memory per stage.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Predict iteration time, throughput, MFU and memory of one plan (a file, or --tp/--pp/... knobs)."""
@@ -113,8 +130,13 @@ def estimate(
         optimizer_offload=offload,
         cuda_graph_scope=cuda_graph_scope,
         tp_comm_overlap=tp_overlap,
-        grad_reduce_in_fp32=None if grad_reduce_bf16 is None else not grad_reduce_bf16,
+        fsdp=fsdp,
+        grad_reduce_in_bf16=grad_reduce_in_bf16,
         fp8_param_gather=fp8_param_gather,
+        optimizer_state_dtype=optimizer_state_dtype,
+        offload_modules=offload_modules,
+        dropout=dropout,
+        memory_headroom=memory_headroom,
     )
     if plan is not None:
         knobs = {"--tp": tp, "--pp": pp, "--cp": cp, "--ep": ep, "--etp": etp, "--vpp": vpp}
@@ -126,7 +148,7 @@ def estimate(
     else:
         knob = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "vpp": vpp, "recompute": recompute}
         p, m, c = _plan_from_flags(model, cluster, overrides, knob, layout)
-    with compute():
+    with compute(), flags({"simulate": "--simulate"}):
         est = estimate_plan(m, c, p, simulate=simulate, catalog=STATE.catalog, check=False)
     d = est.to_dict()
     if as_json:
@@ -138,6 +160,9 @@ def estimate(
         con.print(render.summary_line(d))
         con.print(render.breakdown_table(d["breakdown"]))
         con.print(render.BREAKDOWN_LEGEND, style="dim")
+        if explain:
+            con.print(render.memory_table(d["stages"]))
+            con.print(render.MEMORY_LEGEND, style="dim")
     worst = est.worst_memory()
     if worst is not None:
         typer.echo(
@@ -212,30 +237,42 @@ def solve(
     ep_overlap: EpOverlapOpt = None,
     cuda_graph_scope: CudaGraphOpt = None,
     tp_overlap: TpOverlapOpt = None,
-    grad_reduce_bf16: GradReduceOpt = None,
-    fp8_param_gather: Fp8ParamGatherOpt = None,
+    grad_reduce_in_bf16: GradBf16Opt = None,
+    fp8_param_gather: Fp8ParamOpt = None,
     optimizer_offload: OffloadOpt = "auto",
     out: Annotated[
         Path | None, typer.Option("--out", help="Write plan.json here (with --export: the launch folder).")
     ] = None,
     export: Annotated[
         str | None,
-        typer.Option("--export", help="megatron or flagscale: search only plans it runs, write launch files."),
+        typer.Option(
+            "--export",
+            help="megatron, rocm, mindspeed or flagscale: search only plans it runs, write its launch files.",
+        ),
     ] = None,
+    runtime: RuntimeOpt = "auto",
     plot: Annotated[Path | None, typer.Option("--plot", help="PNG of the simulated 1F1B schedule.")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="Bottleneck, breakdown and runner-up.")] = False,
+    fsdp_search: Annotated[
+        bool, typer.Option("--fsdp-search", help="Also search Megatron-FSDP (sharded params); keep the faster plan.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Search for the fastest plan that fits; optionally write it and its launch files."""
     from hapmoe_milp.api import families_for, timeout_hint
     from hapmoe_milp.api import solve as api_solve
     from hapmoe_milp.config import SOLVERS, check_choice, check_time_limit, offload_choice
+    from hapmoe_milp.export.common import TARGETS
+    from hapmoe_milp.runtimes import RUNTIME_CHOICES
 
     # everything that can be wrong is checked before the search starts
     with flags():
         if solver is not None:
             check_choice("solver", solver, SOLVERS)
-        fam = families_for(family, export)
+        check_choice("runtime", runtime, RUNTIME_CHOICES)
+        if export is not None:
+            check_choice("export", export, TARGETS)
+        families_for(family, export)
         offload = offload_choice(optimizer_offload)
         limit = check_time_limit(time_limit) if time_limit is not None else None
     m = catalog_model(require(model, "--model", "to solve"))
@@ -247,10 +284,13 @@ def solve(
             m,
             c,
             chosen,
-            family=fam,
+            family=family,
+            runtime=runtime,
+            export=export,
             pruning=preset.pruning if preset else None,
             time_limit=limit,
             optimizer_offload=offload,
+            fsdp_search=fsdp_search,
             catalog=STATE.catalog,
             solver_options=preset.options if preset else None,
             progress=prog,
@@ -264,7 +304,7 @@ def solve(
             dispatcher=dispatcher,
             cuda_graph_scope=cuda_graph_scope,
             tp_comm_overlap=tp_overlap,
-            grad_reduce_in_fp32=None if grad_reduce_bf16 is None else not grad_reduce_bf16,
+            grad_reduce_in_bf16=grad_reduce_in_bf16,
             fp8_param_gather=fp8_param_gather,
         )
     assert sol.plan is not None
@@ -284,9 +324,10 @@ def _check_outputs(out: Path | None, export: str | None, plot: Path | None) -> N
     elif out is not None:
         check_output_file(out, "--out")
     if plot is not None:
-        from hapmoe_milp.plot import require_matplotlib
+        from hapmoe_milp.plot import check_png_path, require_matplotlib
 
         check_output_file(plot, "--plot")
+        check_png_path(plot, "--plot")
         require_matplotlib("--plot")
 
 
@@ -316,7 +357,8 @@ def _write_outputs(plan: Any, m: Any, c: Any, out: Path | None, export: str | No
     if plot is not None:
         from hapmoe_milp.plot import plot_schedule
 
-        plot_schedule(m, c, plan, plot)
+        with flags({"simulate": "--plot"}):
+            plot_schedule(m, c, plan, plot)
     for path in written:
         log.info("wrote %s", path)
 
@@ -324,19 +366,23 @@ def _write_outputs(plan: Any, m: Any, c: Any, out: Path | None, export: str | No
 def _show_solution(sol: Any, title: str, explain: bool, as_json: bool) -> None:
     from hapmoe_milp import render
     from hapmoe_milp.api import explain as explain_solution
+    from hapmoe_milp.api import runtime_label
 
     pred = sol.plan.predicted
     if as_json:
+        note(runtime_label(sol.plan))
         payload = {"plan": sol.plan.to_dict(), "predicted": pred, "solver": sol.certificate()}
         if explain:
             payload["explain"] = explain_solution(sol)
         emit_json(payload)
         return
     con = render.console()
-    con.print(render.stages_table(pred["stages"], title=f"{title} — {sol.plan.family} family, pp={sol.plan.pp}"))
+    title = f"{title} — {sol.plan.family} family, pp={sol.plan.pp}, runtime {sol.plan.runtime}"
+    con.print(render.stages_table(pred["stages"], title=title))
     con.print(render.STAGES_LEGEND, style="dim")
     con.print(render.summary_line(pred))
     con.print(render.solver_line(sol))
+    con.print(runtime_label(sol.plan))
     if explain:
         ex = explain_solution(sol)
         con.print(render.breakdown_table(pred["breakdown"]))
@@ -347,20 +393,38 @@ def _show_solution(sol: Any, title: str, explain: bool, as_json: bool) -> None:
 
 
 # ---------------------------------------------------------------------- export / validate
+def _plan_target(target: str | None, plan: Any, default: str | None = None) -> str:
+    """The runtime to validate/export for: the flag, else the one the plan was searched for, else
+    ``default`` (validate's: megatron, for plan files written before plans named their runtime)."""
+    from hapmoe_milp.config import check_choice
+    from hapmoe_milp.export.common import TARGETS
+
+    if target is None:
+        if plan.runtime in TARGETS:
+            return str(plan.runtime)
+        if default is not None and plan.runtime is None:
+            return default
+        why = "was searched in the what-if space" if plan.runtime == "any" else "names no runtime"
+        raise SettingsError(f"is needed: the plan {why}; give one of {', '.join(TARGETS)}", field="--target")
+    with flags():
+        check_choice("target", target, TARGETS)
+    return target
+
+
 def validate(
     plan: Annotated[Path, typer.Argument(help="plan.json")],
-    target: TargetOpt = "megatron",
+    target: TargetOpt = None,
     model: PlanModelOpt = None,
     cluster: PlanClusterOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check a plan against our invariants and the target framework's rules (one named rule per line)."""
-    from hapmoe_milp.config import check_choice
+    """Check a plan against our invariants and the runtime's rules (one named rule per line)."""
     from hapmoe_milp.export.validate import validate as run_validate
 
-    with flags():
-        check_choice("target", target, ("megatron", "flagscale"))
+    if target is not None:
+        _plan_target(target, None)
     p, m, c = plan_with_specs(plan, model, cluster)
+    target = _plan_target(target, p, default="megatron")
     found = run_validate(p, m, c, target)  # type: ignore[arg-type]
     errors = [v for v in found if v.severity == "error"]
     if as_json:
@@ -376,20 +440,20 @@ def validate(
 
 def export_cmd(
     plan: Annotated[Path, typer.Argument(help="plan.json")],
-    target: Annotated[str, typer.Option("--target", help="Framework: megatron (Megatron-LM) or flagscale.")],
     out: Annotated[Path, typer.Option("--out", help="Output folder (created if missing).")],
+    target: TargetOpt = None,
     model: PlanModelOpt = None,
     cluster: PlanClusterOpt = None,
 ) -> None:
-    """Write launch files: plan.json, megatron_args.txt or flagscale.yaml, hostfile, launch scripts."""
-    from hapmoe_milp.config import check_choice
+    """Write launch files: plan.json, the runtime's arguments or config, hostfile, launch scripts."""
     from hapmoe_milp.export import export_plan
     from hapmoe_milp.fileio import check_output_dir
 
-    with flags():
-        check_choice("target", target, ("megatron", "flagscale"))
+    if target is not None:
+        _plan_target(target, None)
     check_output_dir(out, "--out")
     p, m, c = plan_with_specs(plan, model, cluster)
+    target = _plan_target(target, p)
     with flags():
         written = export_plan(p, m, c, target, out, source=str(plan))  # type: ignore[arg-type]
     for f in written:

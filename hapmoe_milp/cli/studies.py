@@ -23,7 +23,7 @@ from hapmoe_milp.cli.options import (
     require,
 )
 from hapmoe_milp.cli.output import compute, emit_json, stderr_is_tty, stdout_to_stderr
-from hapmoe_milp.errors import SettingsError
+from hapmoe_milp.errors import InfeasibleError, SettingsError
 
 
 # ---------------------------------------------------------------------- compare
@@ -37,8 +37,13 @@ def compare(
         str, typer.Option("--solvers", help="Solvers to cross-validate, comma-separated.")
     ] = "dp,dp-exact,cpsat,milp",
     family: FamilyOpt = "both",
-    time_limit: Annotated[float, typer.Option("--time-limit", help="Seconds per solver, > 0.")] = 60.0,
+    time_limit: Annotated[
+        float, typer.Option("--time-limit", help="Seconds for the whole comparison, shared by the solvers, > 0.")
+    ] = 60.0,
     warm_start: Annotated[bool, typer.Option("--warm-start", help="Hand the DP plan to the exact solvers.")] = False,
+    runtimes: Annotated[
+        bool, typer.Option("--runtimes", help="Best plan per runtime that runs the cluster, next to --runtime any.")
+    ] = False,
     gbs: GbsOpt = None,
     seq: SeqOpt = None,
     mbs: MbsOpt = None,
@@ -58,6 +63,16 @@ def compare(
         # the solvers are cross-checked on one fixed setting: auto compares them without offload
         st = make_settings(m, None, global_batch_size=gbs, seq_length=seq, micro_batch_size=mbs)
         st = st.with_(optimizer_offload=offload is True)
+    if runtimes:
+        from hapmoe_milp.compare import compare_runtimes, format_runtimes_markdown
+
+        with compute():
+            rep = compare_runtimes(m, c, st, time_limit=limit, optimizer_offload=offload)
+        if as_json:
+            emit_json(rep)
+        else:
+            typer.echo(format_runtimes_markdown(rep))
+        return
     if against is not None:
         from hapmoe_milp.baselines import compare_against
 
@@ -67,6 +82,9 @@ def compare(
         with compute():
             rep = compare_against(m, c, st, names, time_limit=limit, optimizer_offload=offload)
         rep.pop("solutions", None)
+        if not any(r.get("iteration_time_s") for r in rep["rows"]):  # nothing to compare: one line, exit 2
+            why = "; ".join(f"{r['method']}: {r['status']}" for r in rep["rows"])
+            raise InfeasibleError(f"no method found a plan ({why}); give them more time", field="--time-limit")
         if as_json:
             emit_json(rep)
             return
@@ -76,13 +94,18 @@ def compare(
         for n in rep.get("notes", []):
             typer.echo(f"note: {n}")
         return
-    from hapmoe_milp.compare import compare_solvers, format_markdown
+    from hapmoe_milp.compare import compare_solvers, format_markdown, nothing_found
 
     names = [x.strip() for x in solvers.split(",") if x.strip()]
     if not names:
         raise SettingsError("needs at least one solver (dp, dp-exact, cpsat, milp)", field="--solvers")
     with compute():
-        rep = compare_solvers(m, c, st, solvers=names, time_limit=limit, family=family, warm_start=warm_start)
+        rep = compare_solvers(
+            m, c, st, solvers=names, time_limit=None, budget_s=limit, family=family, warm_start=warm_start
+        )
+    missing = nothing_found(rep)
+    if missing:  # nothing to compare: one line, exit 2 (not a table of blanks)
+        raise InfeasibleError(missing, field=None if missing.startswith("no plan fits") else "--time-limit")
     if as_json:
         emit_json(rep)
     else:
@@ -135,9 +158,10 @@ def sweep(
         for ref in model:  # the settings layer checks --gbs/--seq against each model's defaults
             make_settings(catalog_model(ref), None, global_batch_size=gbs, seq_length=seq)
     if plot is not None:
-        from hapmoe_milp.plot import require_matplotlib
+        from hapmoe_milp.plot import check_png_path, require_matplotlib
 
         check_output_file(plot, "--plot")
+        check_png_path(plot, "--plot")
         require_matplotlib("--plot")
     grid = {k: [v] for k, v in (("global_batch_size", gbs), ("seq_length", seq), ("family", family)) if v is not None}
     with flags():

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hapmoe_milp.config import Settings
+from hapmoe_milp.config import Settings, parse_recompute
 from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.cost.pipeline import closed_form, simulate
 from hapmoe_milp.cost.primitives import GIB
-from hapmoe_milp.cost.stage import StageTotals, kind_counts, stage_totals
+from hapmoe_milp.cost.stage import StageTotals, block_full_counts, kind_counts, stage_totals
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
@@ -50,7 +50,7 @@ class Estimate:
         }
 
     def worst_memory(self) -> dict[str, Any] | None:
-        over = [s for s in self.stages if s["memory_gib"] > s["capacity_gib"]]
+        over = [s for s in self.stages if not s["fits"]]
         return max(over, key=lambda s: s["memory_gib"] - s["capacity_gib"]) if over else None
 
 
@@ -60,6 +60,10 @@ def plan_stage_totals(cm: CostModel, plan: Plan) -> list[StageTotals]:
     M = plan.num_microbatches
     for i, s in enumerate(plan.stages):
         b = plan.stage_micro_batch(i)
+        spec = parse_recompute(s.recompute)
+        full = None
+        if spec.granularity == "full" and spec.method == "block" and spec.num_layers > 0:
+            full = block_full_counts(kinds, s.layer_start, s.layer_end, plan.vpp, spec.num_layers)
         p2p = 0.0
         if i + 1 < plan.pp:
             nxt = plan.stages[i + 1]
@@ -77,6 +81,7 @@ def plan_stage_totals(cm: CostModel, plan: Plan) -> list[StageTotals]:
                 num_microbatches=M,
                 vpp=plan.vpp,
                 p2p_out=p2p,
+                full_counts=full,
             )
         )
     return out
@@ -134,6 +139,9 @@ def estimate(
                 "stage_time_s": t.tau,
                 "memory_gib": t.memory / GIB,
                 "capacity_gib": t.capacity / GIB,
+                "allocated_gib": t.allocated / GIB,
+                "fits": t.fits,
+                "memory_items_gib": {k: v / GIB for k, v in t.items.items()},
                 "weights_gib": t.weights / GIB,
                 "activations_gib": t.activations / GIB,
                 "sync_exposed_s": sync[i],
@@ -161,7 +169,7 @@ def estimate(
         tokens_per_s_per_device=tokens / t_iter / devices,
         model_tflops_per_device=flops / t_iter / devices / 1e12,
         mfu=flops / (t_iter * peak * 1e12),
-        fits=all(t.memory <= t.capacity for t in totals),
+        fits=all(t.fits for t in totals),
         devices=devices,
         stages=tuple(stages),
         breakdown=breakdown,

@@ -40,6 +40,11 @@ class Compute(NamedTuple):
     elem: float
     routed_rows: float
     n_tp_coll: int
+    # forward seconds of the pieces Megatron's recompute modules re-run (cost/recompute.py)
+    mlp_f: float = 0.0
+    shared_f: float = 0.0
+    moe_f: float = 0.0
+    sublayers: int = 2
 
 
 def layer_compute(
@@ -69,6 +74,7 @@ def layer_compute(
     # ---- MLP: dense, or router + routed experts + shared experts
     n_tp_coll = 2 if mixer else 0  # the mixer's AG + RS (forward)
     routed_rows = 0.0
+    mlp_f = shared_f = moe_f = 0.0
     if is_moe:
         E = m.num_experts or 1
         k = m.moe_router_topk
@@ -81,13 +87,14 @@ def layer_compute(
         permute = memory_time(dev, PERMUTE_PASSES * k * ts * h * BF16)
         f_comp += imb * exp_f + router + permute
         b_comp += imb * 2 * exp_f + 2 * router + 2 * permute
+        moe_f = imb * exp_f + router + permute
         if m.moe_shared_expert_intermediate_size:
-            sh = cm._mlp_gemms(dev, t, m.moe_shared_expert_intermediate_size / tp, prec)
+            sh = shared_f = cm._mlp_gemms(dev, t, m.moe_shared_expert_intermediate_size / tp, prec)
             f_comp += sh
             b_comp += 2 * sh
             n_tp_coll += 2
     elif mlp_kind == "dense":
-        mlp = cm._mlp_gemms(dev, t, m.ffn / tp, prec)
+        mlp = mlp_f = cm._mlp_gemms(dev, t, m.ffn / tp, prec)
         f_comp += mlp
         b_comp += 2 * mlp
         n_tp_coll += 2
@@ -116,9 +123,13 @@ def layer_compute(
         f_comp += proj + head_f
         b_comp += 2 * proj + head_b
     # ---- the software stack's achieved share of the micro-benchmarked kernel speed
-    f_comp /= dev.runtime.stack_compute_scale
-    b_comp /= dev.runtime.stack_compute_scale
-    return Compute(f_comp, b_comp, attn_core_f, attn_core_b, elem, routed_rows, n_tp_coll)
+    scale = dev.runtime.stack_compute_scale
+    f_comp /= scale
+    b_comp /= scale
+    return Compute(
+        f_comp, b_comp, attn_core_f, attn_core_b, elem, routed_rows, n_tp_coll,
+        mlp_f / scale, shared_f / scale, moe_f / scale, sublayers,
+    )  # fmt: skip
 
 
 def layer_comm(

@@ -63,6 +63,11 @@ def _widths(shape: GatedDeltaNetShape | Mamba1Shape | Mamba2Shape) -> tuple[floa
     return 2 * shape.inner, shape.inner, shape.inner
 
 
+def mixer_widths(m: ModelSpec, mixer: str) -> tuple[float, float, float]:
+    """(in-projection outputs, conv channels, inner width) of a model's gated-DeltaNet or Mamba mixer."""
+    return _widths(_shape(m, mixer))
+
+
 def mixer_cost(m: ModelSpec, dev: DeviceSpec, mixer: str, t: float, tp: int, seq: int, prec: str) -> MixerCost:
     """One gated-DeltaNet or Mamba mixer on one rank: ``t`` tokens, TP-sharded widths."""
     shape = _shape(m, mixer)
@@ -99,17 +104,3 @@ def mixer_out_width(m: ModelSpec, mixer: str | None) -> float:
     if mixer == "mamba":
         return m.mamba_shape.inner
     return m.q_dim
-
-
-def recomputed_activations(
-    mixer_act: float, mlp_act: float, mlp_work: float, sublayers: int, norm_out: float, moe_act: float, recompute: str
-) -> tuple[float, float]:
-    """(stored, working set) bytes of a layer from its mixer's and MLP's stored bytes, under a recompute
-    level: ``full`` keeps the layer input (``norm_out`` bytes, 2h per token); ``selective`` (Megatron's
-    ``layernorm`` + ``moe_act`` modules) drops each sub-layer's norm output and the experts' activation."""
-    full, work = mixer_act + mlp_act, mixer_act + mlp_work
-    if recompute == "none":
-        return full, work
-    if recompute == "full":
-        return norm_out, work
-    return full - sublayers * norm_out - moe_act, work

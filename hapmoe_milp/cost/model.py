@@ -12,26 +12,39 @@ for MoE) element-wise work and stored activations are further split by TP.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
 
-from hapmoe_milp.config import ParallelConfig, Recompute, Settings
+from hapmoe_milp.config import ParallelConfig, Recompute, Settings, parse_recompute
 from hapmoe_milp.cost.attention import core_time
+from hapmoe_milp.cost.fsdp import fsdp_exposed, fsdp_sync
 from hapmoe_milp.cost.kernels import layer_kernels
 from hapmoe_milp.cost.layer import ELEMENTWISE_PASSES_H, layer_comm, layer_compute  # noqa: F401 (re-exported)
-from hapmoe_milp.cost.mixers import mixer_cost, recomputed_activations
+from hapmoe_milp.cost.memory import (
+    MemoryModel,
+    StateBytes,
+    activation_terms,
+    embedding_bytes,
+    expert_row_bytes,
+    fsdp_buffer_bytes,
+    head_bytes,
+    layer_state,
+    stored_bytes,
+    working_bytes,
+)
+from hapmoe_milp.cost.mixers import mixer_cost
 from hapmoe_milp.cost.primitives import (
     BF16,
     FP32,
-    GIB,
     collective_time,
     dispatch_time,
     gemm_time,
     host_overhead,
     memory_time,
 )
+from hapmoe_milp.cost.recompute import offload_time, recompute_forward
 from hapmoe_milp.cost.routing import distinct_destinations
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.device import DeviceSpec
@@ -41,9 +54,6 @@ from hapmoe_milp.specs.model import LayerKind, ModelSpec
 BUCKET_PARAMS = 40_000_000
 # Adam step on the fp32 shard: read master, grad, m, v (16 B), write master, m, v (12 B), bf16 param (2 B).
 ADAM_BYTES_PER_PARAM = 30
-# Framework/allocator overhead per rank, as Sailor's simulator uses (reference/papers.md §6.4).
-OVERHEAD_TP1 = 2.0 * GIB
-OVERHEAD_TP = 3.0 * GIB
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,7 @@ class LayerCost:
     work: float = 0.0  # transient bytes needed while this layer runs (not multiplied by in-flight count)
     host: float = 0.0  # seconds the host adds beyond device work: launch-bound excess and syncs (fwd + bwd)
     parts: dict[str, float] = field(default_factory=dict, compare=False)
+    state: StateBytes = field(default_factory=StateBytes, compare=False)  # itemized ``weights`` (cost/memory.py)
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,11 @@ def link_for_span(span: int, node_size: int) -> str:
     return "intra" if span <= node_size else "inter"
 
 
+#: Memo tags of the priced things whose state terms (weights, optimizer) depend on optimizer offload:
+#: layers, the first stage's embedding and the last stage's head (:meth:`CostModel.for_settings`).
+_STATE_TAGS = ("L", "E", "H")
+
+
 class CostModel:
     """Prices layers for one (model, cluster, settings); memoised per option."""
 
@@ -110,16 +126,48 @@ class CostModel:
         self.settings = settings
         self.ep_comm_visible = ep_comm_visible
         self._memo: dict[tuple[Any, ...], Any] = {}
+        self._shared: dict[tuple[Any, ...], Any] | None = None  # another offload setting's memo (for_settings)
+
+    def for_settings(self, settings: Settings) -> CostModel:
+        """This cost model for ``settings`` that differ from its own only in optimizer offload (the retry
+        of a search that found nothing fitting). Offload changes only the weights and optimizer terms of a
+        layer or an edge (:meth:`state_and_sync`); everything else -- times, activations, working sets,
+        p2p -- reads settings offload leaves alone. So layers either model priced are re-priced by the
+        other only in those two terms, and the retry does not price every option again."""
+        if settings == self.settings:
+            return self
+        if replace(settings, optimizer_offload=self.settings.optimizer_offload) != self.settings:
+            raise ValueError("for_settings shares layer costs only across the optimizer-offload setting")
+        out = CostModel(self.model, self.cluster, settings, ep_comm_visible=self.ep_comm_visible)
+        out._shared = self._memo
+        self._shared = out._memo
+        return out
 
     # ------------------------------------------------------------------ helpers
     def _cached(self, tag: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)``, computed once per cost model: the same option is priced again and again (every
-        instance, every solver, the final estimate), and its price depends only on ``args``."""
+        instance, every solver, the final estimate), and its price depends only on ``args``; a layer or an
+        edge the other offload setting priced is re-priced only in its state terms (:meth:`for_settings`)."""
         key = (tag, *args)
         hit = self._memo.get(key)
         if hit is None:
-            hit = self._memo[key] = fn(*args)
+            hit = self._reuse(key) if tag in _STATE_TAGS else None
+            if hit is None:
+                hit = fn(*args)
+            self._memo[key] = hit
         return hit
+
+    def _reuse(self, key: tuple[Any, ...]) -> Any:
+        """The other offload setting's cost of ``key`` (a layer or an edge: ``(tag, device, config, ...)``),
+        its weights and optimizer terms re-priced; None if it has not priced it."""
+        other = self._shared.get(key) if self._shared is not None else None
+        if other is None:
+            return None
+        did, cfg = key[1], key[2]
+        weights, _rs, _ag, opt = self.state_and_sync(
+            self.device(did), did, cfg, other.params_dense, other.params_expert
+        )
+        return replace(other, weights=weights, opt=opt)
 
     def device(self, did: str) -> DeviceSpec:
         return self.cluster.device(did)
@@ -148,7 +196,7 @@ class CostModel:
         mixer, mlp_kind = m.kind_parts(kind)
         is_moe = mlp_kind == "moe"
         c = layer_compute(self, dev, did, cfg, t, ts, kind, mixer, mlp_kind)
-        f_comp, b_comp, elem, routed_rows = c.f_comp, c.b_comp, c.elem, c.routed_rows
+        f_comp, b_comp, routed_rows = c.f_comp, c.b_comp, c.routed_rows
         tp_f, cp_f, cp_b, ep_f = layer_comm(self, dev, did, cfg, t, ts, mixer, is_moe, c)
         # EP overlap (--overlap-moe-expert-parallel-comm) runs one micro-batch's dispatch/combine beside another's
         # computation, so it hides at most that computation: a share ep_overlap of min(comm, compute). Backward
@@ -166,19 +214,42 @@ class CostModel:
             tp_b = tp_f - dev.runtime.tp_overlap * min(tp_f, b_comp)
             tp_f = tp_f - dev.runtime.tp_overlap * min(tp_f, f_comp)
 
-        # ---- recompute: extra forward work during backward
-        rec = rec_tp = rec_cp = rec_ep = 0.0
-        if recompute == "full":
-            # the re-run forward repeats its communication too; book it under tp/cp/ep, not compute
-            rec_tp, rec_cp, rec_ep = tp_f, cp_f, ep_f * ep_exposed
-            rec = f_comp + tp_f + cp_f + ep_f * ep_exposed
-        elif recompute == "selective":
-            rec = elem + (memory_time(dev, 3 * routed_rows * m.expert_ffn / cfg.etp * BF16) if is_moe else 0.0)
+        # ---- recompute: extra forward work during backward, by Megatron module (cost/recompute.py)
+        spec = parse_recompute(recompute)
+        h = m.hidden_size
+        fparts = {
+            "compute": f_comp,
+            "tp": tp_f,
+            "cp": cp_f,
+            "ep": ep_f * ep_exposed,
+            "core_attn": c.attn_core_f,
+            "layernorm": memory_time(dev, 2 * c.sublayers * ts * h * BF16),  # each sub-layer's norm, read + write
+            "moe_act": memory_time(dev, 3 * routed_rows * m.expert_ffn / cfg.etp * BF16) if is_moe else 0.0,
+            "mlp": c.mlp_f,
+            "tp_mlp": tp_f / (c.n_tp_coll / 2) if tp > 1 and c.n_tp_coll else 0.0,
+            "shared_experts": c.shared_f,
+            "moe": (c.moe_f + c.shared_f) if is_moe else 0.0,
+            "mla_up_proj": self._mla_up_gemms(dev, t, tp, prec)
+            if mixer == "attention" and m.multi_latent_attention
+            else 0.0,
+        }
+        rec, rec_tp, rec_cp, rec_ep = recompute_forward(spec, fparts)
+        terms = activation_terms(m, st, cfg, b, kind, routed_rows)
+        rec += offload_time(dev, st, terms, spec, f_comp)
 
         gpu_f = f_comp + tp_f + cp_f + (ep_total / 2)
         gpu_b = b_comp + tp_b + cp_b + (ep_total / 2) + rec
         # ---- host: kernels issued per micro-batch, and the dropless router's token-count sync
-        kern = layer_kernels(m, cfg, kind, st.dispatcher, prec, recompute, st.fp8_recipe, st.cuda_graph_scope)
+        kern = layer_kernels(
+            m,
+            cfg,
+            kind,
+            st.dispatcher,
+            prec,
+            "full" if spec.granularity == "full" else "none",
+            st.fp8_recipe,
+            st.cuda_graph_scope,
+        )
         host_f = host_overhead(kern.fwd, dev, kern.syncs_fwd)
         host_b = host_overhead(kern.bwd, dev, kern.syncs_bwd)
         fwd, bwd, host = gpu_f + host_f, gpu_b + host_b, host_f + host_b
@@ -187,10 +258,15 @@ class CostModel:
         p = m.layer_params(kind)
         dense_local = p["tp"] / tp + p["replicated"]
         exp_local = p["expert"] / (cfg.ep * cfg.etp) if p["expert"] else 0.0
-        act, work = self._activations(cfg, t, kind, is_moe, recompute, routed_rows)
-        if mixer != "attention" or mlp_kind is None:
-            act, work = self._hybrid_activations(dev, cfg, t, kind, recompute, routed_rows)
+        act = stored_bytes(terms, spec, st.offload_modules)
+        work = working_bytes(terms, spec, routed_rows * st.imbalance if is_moe else 0.0, m.hidden_size)
+        if kind == "mtp":
+            work += head_bytes(m, st, cfg, b)[1]  # the MTP layer's own logits and loss
+        state = layer_state(st, cfg, dense_local, exp_local)
         weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, exp_local)
+        fsdp_f, fsdp_b = fsdp_exposed(self, dev, did, cfg, dense_local, exp_local, c.f_comp, c.b_comp)
+        fwd += fsdp_f
+        bwd += fsdp_b
         return LayerCost(
             fwd=fwd,
             bwd=bwd,
@@ -207,7 +283,8 @@ class CostModel:
             opt=opt,
             work=work,
             host=host,
-            parts={"recompute": rec, "kernels_fwd": kern.fwd, "kernels_bwd": kern.bwd},
+            parts={"recompute": rec, "kernels_fwd": kern.fwd, "kernels_bwd": kern.bwd, "fsdp": fsdp_f + fsdp_b},
+            state=state,
         )
 
     def expert_gemms(self, did: str, rows_per_expert: float, local: int, etp: int) -> float:
@@ -229,9 +306,8 @@ class CostModel:
         E, k = m.num_experts or 1, m.moe_router_topk
         ts = b * st.seq_length / tp
         routed = st.imbalance * self.expert_gemms(did, k * ts / E, E, 1)
-        full = recompute == "full"
-        glu_out = 2 if m.swiglu else 1
-        routed_act = k * ts * st.imbalance * (2 * m.hidden_size + 2 * glu_out * m.expert_ffn + 2 * m.expert_ffn)
+        full = parse_recompute(recompute).granularity == "full"
+        routed_act = k * ts * st.imbalance * expert_row_bytes(m, st, 1, "none")
         dense_f = dense_b = dense_act = 0.0
         if "dense" in m.layer_kinds:
             dl = self.layer(did, cfg, b, "dense", recompute)
@@ -247,10 +323,7 @@ class CostModel:
 
     def expert_act_per_row(self, etp: int, recompute: Recompute) -> float:
         """Stored bytes per routed row on an expert device (input, fc1 output and activation at F/ETP)."""
-        m = self.model
-        glu_out = 2 if m.swiglu else 1
-        h, fe = m.hidden_size, m.expert_ffn / etp
-        return 2 * h if recompute == "full" else 2 * h + 2 * glu_out * fe + 2 * fe
+        return expert_row_bytes(self.model, self.settings, etp, recompute)
 
     def cross_dispatch(self, src: str, dst: str, total_bytes: float, src_devices: int, dst_devices: int) -> float:
         """One dispatch (or combine) of ``total_bytes`` between two device types over the cross link:
@@ -273,51 +346,6 @@ class CostModel:
             mc = mixer_cost(m, dev, mixer, t, tp, S, prec)
             return mc.fwd, mc.bwd, 0.0, 0.0
         return 0.0, 0.0, 0.0, 0.0
-
-    def _attention_act(self, ts: float) -> float:
-        """Stored bytes of an attention sub-layer for ``ts`` tokens of the sequence-parallel shard (see
-        :meth:`_activations`)."""
-        m, h = self.model, self.model.hidden_size
-        if m.multi_latent_attention:
-            n = m.num_attention_heads
-            qkv = 2 * n * (m.qk_head_dim + m.qk_pos_emb_head_dim) + n * m.v_head_dim
-            latent = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_pos_emb_head_dim
-            return ts * (5 * h + 2 * qkv + 2 * n * m.v_head_dim + 2 * latent)
-        qkv = m.q_dim + 2 * m.groups * m.head_dim
-        return ts * (5 * h + 2 * qkv + 2 * m.q_dim)
-
-    def _hybrid_activations(
-        self, dev: DeviceSpec, cfg: ParallelConfig, t: float, kind: LayerKind, recompute: Recompute, routed: float
-    ) -> tuple[float, float]:
-        """Stored bytes and working set of a layer that is not attention + MLP: a gated-DeltaNet mixer with
-        its MLP, or one of a hybrid model's one-sub-layer layers. The MLP part is :meth:`_activations`'
-        (an attention+MLP layer's bytes less its attention part), the mixer part :func:`mixer_cost`'s."""
-        m = self.model
-        mixer, mlp_kind = m.kind_parts(kind)
-        ts = t / cfg.tp
-        is_moe = mlp_kind == "moe"
-        mlp_act = mlp_work = 0.0
-        attn_only = self._attention_act(ts)
-        if mlp_kind:
-            ref = "moe" if is_moe else "dense"
-            full_act, full_work = self._activations(cfg, t, ref, is_moe, "none", routed)
-            mlp_act, mlp_work = full_act - attn_only, full_work - attn_only
-        if mixer == "attention":
-            mix_act = attn_only
-        elif mixer in ("gdn", "mamba"):
-            mix_act = mixer_cost(m, dev, mixer, t, cfg.tp, self.settings.seq_length, "bf16").act
-        else:
-            mix_act = 0.0
-        saved_moe = routed * self.settings.imbalance * 2 * m.expert_ffn / cfg.etp if is_moe else 0.0
-        return recomputed_activations(
-            mix_act,
-            mlp_act,
-            mlp_work,
-            (mixer is not None) + (mlp_kind is not None),
-            ts * 2 * m.hidden_size,
-            saved_moe,
-            recompute,
-        )
 
     def _core_macs(self) -> float:
         """Attention-core multiply-accumulates per (query token, key token) pair, all heads."""
@@ -343,6 +371,15 @@ class CostModel:
             return tt
         qkv = m.q_dim + 2 * m.groups * m.head_dim
         return gemm_time(dev, t, qkv / tp, h, prec) + gemm_time(dev, t, h, m.q_dim / tp, prec)
+
+    def _mla_up_gemms(self, dev: DeviceSpec, t: float, tp: int, prec: str) -> float:
+        """MLA's up-projections from the latents (what ``mla_up_proj`` recompute re-runs)."""
+        m = self.model
+        n, d_qk, d_r, d_v = m.num_attention_heads, m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
+        up = gemm_time(dev, t, n * (d_qk + d_v) / tp, m.kv_lora_rank, prec)
+        if m.q_lora_rank:
+            up += gemm_time(dev, t, n * (d_qk + d_r) / tp, m.q_lora_rank, prec)
+        return up
 
     def _mlp_gemms(self, dev: DeviceSpec, t: float, f_local: float, prec: str) -> float:
         m, h = self.model, self.model.hidden_size
@@ -401,104 +438,32 @@ class CostModel:
             out += self.collective(dev, did, "reduce_scatter", size, cfg.etp, cfg.etp)
         return out
 
-    def _activations(
-        self, cfg: ParallelConfig, t: float, kind: LayerKind, is_moe: bool, recompute: Recompute, routed_rows: float
-    ) -> tuple[float, float]:
-        """Stored bytes per micro-batch, and the transient working set of the layer.
-
-        Component accounting per token of the rank's sequence-parallel shard ``ts = b*S/(CP*TP)``, after
-        Korthikanti et al. (arXiv 2205.05198, Table 2) with flash attention (no ``s^2`` softmax/dropout
-        terms), bf16 (2 bytes) tensors and 1-byte dropout masks:
-
-        - attention: ``5h`` (norm input 2h, QKV-GEMM input 2h, dropout mask h) + ``2(q + 2kv)`` (Q, K, V)
-          + ``2q`` (output-projection input);
-        - dense MLP: ``5h`` (norm input 2h, fc1 input 2h, dropout mask h) + ``2*glu_out*F`` (fc1 output,
-          the activation's input) + ``2F`` (fc2 input).
-
-        For a dense MHA (``q = kv = h``) non-gated (``glu_out = 1``) layer this is ``ts*(18h + 4F)``, i.e.
-        exactly Megatron's SP formula ``s*b*h*(18 + 4F/h)/TP`` per layer (reference/megatron.md §3.2, which
-        Megatron applies with selective recompute of the attention core -- what flash attention does
-        anyway, so it corresponds to our ``none``). Where we differ from Megatron's formula, and why:
-
-        - GQA/MLA: Q, K and V are stored at their real widths (``heads*head_dim`` for Q, ``groups*head_dim``
-          for K and V; MLA latents, rope keys and per-head up-projections); Megatron's formula assumes MHA
-          with ``q = kv = h``, so it overstates GQA's K/V and misses wide Q (Qwen3: 32x128 > h = 2048) and MLA.
-        - gated MLPs (SwiGLU): fc1's output is ``2F`` wide; Megatron's formula ignores ``--swiglu``.
-        - MoE layers: the routed tokens (``k*ts*ETP`` rows per rank after dispatch and the ETP all-gather,
-          times the load-imbalance factor) at the expert width, the fp32 router probabilities and shared
-          experts. Megatron's formula uses the dense ``ffn_hidden_size`` for every layer and ignores top-k,
-          ``moe_ffn_hidden_size`` and the dispatcher, so it badly understates fine-grained MoE.
-        - dispatch/combine buffers are a transient working set (``work``), not stored per micro-batch.
-        - CP divides the tokens (Megatron's formula ignores CP).
-        - recompute: ``selective`` is Megatron's ``--recompute-modules layernorm`` (+ ``moe_act`` on MoE
-          layers, as the exporter emits): it drops the two norm outputs (``4h``) and the routed experts'
-          activation output; ``full`` keeps only the layer input (``2h``). Megatron's formula has no full
-          recompute.
-        - embedding and output-layer terms live on the edge costs (``first_edge``/``last_edge``), and the
-          in-flight multiplier in :func:`hapmoe_milp.cost.pipeline.in_flight` (``min(M, P - s)``; for
-          interleaved 1F1B it equals Megatron's ``1 + (P-1)/(P*v)`` factor on the first stage).
-        """
-        m, h = self.model, self.model.hidden_size
-        tp = cfg.tp
-        ts = t / tp
-        glu_out = 2 if m.swiglu else 1
-        attn = self._attention_act(ts)
-        if is_moe:
-            fe = m.expert_ffn / cfg.etp
-            mlp = ts * 5 * h + routed_rows * self.settings.imbalance * (2 * h + 2 * glu_out * fe + 2 * fe)
-            mlp += ts * 4 * (m.num_experts or 0)  # fp32 router probabilities
-            if m.moe_shared_expert_intermediate_size:
-                fs = m.moe_shared_expert_intermediate_size
-                mlp += ts * (2 * glu_out * fs + 2 * fs)
-            sel_saved = ts * 2 * h + routed_rows * self.settings.imbalance * 2 * fe
-            dispatch_buf = 2 * routed_rows * self.settings.imbalance * h * BF16
-        else:
-            f = m.ffn
-            mlp = ts * (5 * h + 2 * glu_out * f + 2 * f)
-            sel_saved = ts * 2 * h  # `layernorm` only: dense MLPs have no activation-only recompute module
-            dispatch_buf = 0.0
-        if kind == "mtp":
-            mlp += ts * 2 * 2 * h
-        full = attn + mlp
-        if recompute == "none":
-            stored = full
-        elif recompute == "selective":
-            stored = full - sel_saved - ts * 2 * h
-        else:
-            stored = ts * 2 * h
-        work = full + dispatch_buf
-        return stored, work
-
     def state_and_sync(
         self, dev: DeviceSpec, did: str, cfg: ParallelConfig, dense_local: float, exp_local: float
     ) -> tuple[float, float, float, float]:
-        """Weights/grads/optimizer bytes, and gradient RS / param AG / Adam times for those params."""
+        """Model-state bytes (:func:`hapmoe_milp.cost.memory.layer_state`), and the once-per-iteration
+        gradient RS / parameter AG / optimizer-step times for those parameters (Megatron-FSDP moves the
+        sharded collectives into every micro-batch: :mod:`hapmoe_milp.cost.fsdp`)."""
         st = self.settings
         dp_dense = cfg.dp * cfg.cp
         edp = cfg.edp or 1
         g = cfg.devices
-        if st.optimizer_offload:
-            # fp32 master weights and Adam moments live in host memory; bf16 params + fp32 grads stay
-            weights = 6 * (dense_local + exp_local)
-        elif st.distributed_optimizer:
-            weights = (6 + 12 / dp_dense) * dense_local + (6 + 12 / edp) * exp_local
-        else:
-            weights = 18 * (dense_local + exp_local)
+        weights = layer_state(st, cfg, dense_local, exp_local).total
+        sharded = st.distributed_optimizer or st.fsdp != "none"
+        grad_b = BF16 if st.grad_reduce_in_bf16 else FP32
+        param_b = 1.0 if st.fp8_param_gather else BF16
         rs = ag = 0.0
-        # gradients travel in FP32 unless the run reduces them in BF16 (--grad-reduce-in-bf16, the NeMo and
-        # Megatron-Bridge performance recipes); parameters are gathered in BF16, or FP8 with --fp8-param-gather
-        gb = FP32 if st.grad_reduce_in_fp32 else BF16
-        pb = 1.0 if st.precision == "fp8" and st.fp8_param_gather else BF16
         for params, n in ((dense_local, dp_dense), (exp_local, edp)):
             if params <= 0 or n <= 1:
                 continue
             bucket = max(BUCKET_PARAMS, 1_000_000 * n)
-            if st.distributed_optimizer:
-                rs += self.collective(dev, did, "reduce_scatter", gb * params, n, g, table_size=gb * bucket)
-                ag += self.collective(dev, did, "all_gather", pb * params, n, g, table_size=pb * bucket)
+            if sharded:
+                rs += self.collective(dev, did, "reduce_scatter", grad_b * params, n, g, table_size=grad_b * bucket)
+                ag += self.collective(dev, did, "all_gather", param_b * params, n, g, table_size=param_b * bucket)
             else:
-                rs += self.collective(dev, did, "all_reduce", gb * params, n, g, table_size=gb * bucket)
-        shard = (dense_local / dp_dense + exp_local / edp) if st.distributed_optimizer else dense_local + exp_local
+                rs += self.collective(dev, did, "all_reduce", grad_b * params, n, g, table_size=grad_b * bucket)
+        rs, ag = fsdp_sync(st, rs, ag)
+        shard = (dense_local / dp_dense + exp_local / edp) if sharded else dense_local + exp_local
         if st.optimizer_offload:
             # grads out (fp32), updated params back (bf16), Adam on the host; not overlapped
             opt = (FP32 + BF16) * shard / (st.offload_host_GBps * 1e9) + shard / st.offload_adam_params_per_s
@@ -529,7 +494,7 @@ class CostModel:
             bwd=2 * lookup + tp_c,
             compute=3 * lookup,
             tp_c=tp_c,
-            act=ts * m.hidden_size * BF16,
+            act=embedding_bytes(m, self.settings, cfg, b),
         )
 
     def last_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
@@ -543,7 +508,7 @@ class CostModel:
         head_f, head_b = head_f / dev.runtime.stack_compute_scale, head_b / dev.runtime.stack_compute_scale
         tp_c = self.collective(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
         dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp + m.hidden_size * m.norm_params
-        v_local = m.padded_vocab(cfg.tp) / cfg.tp
+        head_act, logits = head_bytes(m, self.settings, cfg, b)
         return self._edge_cost(
             dev,
             did,
@@ -553,8 +518,8 @@ class CostModel:
             bwd=head_b + tp_c,
             compute=head_f + head_b,
             tp_c=tp_c,
-            act=t / cfg.tp * m.hidden_size * BF16,
-            work=2 * t * v_local * FP32,  # fp32 logits and their gradient, transient
+            act=head_act,
+            work=logits,  # logits of the vocabulary shard and their gradient, transient (cost/memory.py)
         )
 
     def _edge_cost(
@@ -589,16 +554,20 @@ class CostModel:
             ag=ag,
             opt=opt,
             work=work,
+            state=layer_state(self.settings, cfg, dense_local, 0.0),
         )
 
     def fixed_memory(self, did: str, cfg: ParallelConfig, b: int) -> float:
-        """Per-rank bytes independent of layer count: one layer's working set (the largest kind, so the
-        bound does not depend on which kinds a stage holds) plus framework overhead."""
+        """Allocated bytes of a rank independent of its layer count: the largest layer kind's working set
+        (so the bound does not depend on which kinds a stage holds) and Megatron-FSDP's unsharded
+        buffers (:func:`hapmoe_milp.cost.memory.fsdp_buffer_bytes`). Device-level terms outside the
+        allocator (context, DeepEP buffers, fragmentation) are in :meth:`capacity`."""
         return self._cached("F", self._fixed_memory, did, cfg, b)
 
     def _fixed_memory(self, did: str, cfg: ParallelConfig, b: int) -> float:
-        work = max(self.layer(did, cfg, b, k, "none").work for k in set(self.model.layer_kinds))
-        return work + (OVERHEAD_TP if cfg.tp > 1 else OVERHEAD_TP1)
+        lays = [self.layer(did, cfg, b, k, "none") for k in set(self.model.layer_kinds)]
+        biggest = max(c.params_dense + c.params_expert for c in lays)
+        return max(c.work for c in lays) + fsdp_buffer_bytes(self.settings, biggest)
 
     def exposed_sync(self, did: str, rs: Any, ag: Any, fwd: Any, bwd: Any, opt: Any) -> Any:
         """Data-parallel sync and optimizer step a stage adds after its last micro-batch (floats, or numpy
@@ -613,8 +582,13 @@ class CostModel:
         ag_x = _clip0(ag - k * fwd) if st.overlap_param_gather else ag
         return rs_x + ag_x + opt
 
-    def capacity(self, did: str) -> float:
-        return self.device(did).memory_gib * GIB * (1.0 - self.settings.memory_headroom)
+    def memory_model(self, did: str) -> MemoryModel:
+        return MemoryModel(self.device(did), self.settings)
+
+    def capacity(self, did: str, cfg: ParallelConfig | None = None) -> float:
+        """Allocated bytes a rank of ``did`` with mesh ``cfg`` may reach (:meth:`MemoryModel.budget`): the
+        device's usable memory less what lives outside the caching allocator, over its fragmentation."""
+        return self.memory_model(did).budget(cfg)
 
     # ------------------------------------------------------------------ boundaries
     def boundary_link(self, prev: str, prev_devices: int, cur: str, cur_devices: int) -> str:

@@ -14,6 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hapmoe_milp.errors import SettingsError
+from hapmoe_milp.limits import MAX_SIMULATED_OPS
+
 
 def pipeline_coefficients(num_microbatches: int, vpp: int = 1) -> tuple[float, float]:
     """(alpha, beta) with ``T_pipe = alpha * sum(tau) + beta * max(tau)``."""
@@ -109,6 +112,13 @@ def simulate(
     """
     pp = len(t_fwd)
     m, v = num_microbatches, max(1, vpp)
+    ops_total = 2 * pp * m * v
+    if ops_total > MAX_SIMULATED_OPS:  # checked before any list is built: 16M micro-batches took minutes
+        raise SettingsError(
+            f"{m:,} micro-batches x {pp} stages x {v} chunks = {ops_total:,} forward/backward operations, more than "
+            f"the simulator takes ({MAX_SIMULATED_OPS:,}); use the closed form (the two agree on equal stages)",
+            field="simulate",
+        )
     orders = [_op_order(r, pp, m, v) for r in range(pp)]
     done: dict[tuple[str, int, int, int], float] = {}
     pos = [0] * pp

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from hapmoe_milp.config import ParallelConfig, Recompute
-from hapmoe_milp.cost.model import CostModel, LayerCost
+from hapmoe_milp.config import ParallelConfig, Recompute, parse_recompute
+from hapmoe_milp.cost.memory import StateBytes
+from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.cost.pipeline import in_flight
 from hapmoe_milp.specs.model import LayerKind
 
@@ -35,6 +36,14 @@ class StageTotals:
     opt: float
     host: float = 0.0  # launch-bound excess and syncs, inside fwd/bwd
     sync: float = 0.0  # exposed DP sync + optimizer after the last micro-batch (CostModel.exposed_sync)
+    allocated: float = 0.0  # bytes of live tensors at the peak (torch max_memory_allocated)
+    budget: float = 0.0  # the most allocated bytes that fit (MemoryModel.budget): fits iff allocated <= budget
+    items: dict[str, float] = field(default_factory=dict, compare=False)  # itemized device memory, bytes
+
+    @property
+    def fits(self) -> bool:
+        """The planner's feasibility test, exactly as the search applies it."""
+        return self.allocated <= self.budget
 
     @property
     def tau(self) -> float:
@@ -59,8 +68,19 @@ def stage_totals(
     num_microbatches: int,
     vpp: int = 1,
     p2p_out: float = 0.0,
+    full_counts: Mapping[LayerKind, int] | None = None,
 ) -> StageTotals:
-    parts: list[tuple[LayerCost, int]] = [(cm.layer(did, cfg, b, k, recompute), n) for k, n in counts.items() if n]
+    """One stage's totals. ``full_counts``: under block recompute (``full:K``), the layers of each kind
+    that the first K of every chunk cover (:func:`block_full_counts`)."""
+    spec = parse_recompute(recompute)
+    full_counts = full_counts or {}
+    if spec.granularity == "full" and spec.method == "block" and spec.num_layers > 0:
+        # block recompute of the first K layers per chunk: those price as full, the rest as none
+        parts = [(cm.layer(did, cfg, b, k, "full"), n) for k, n in full_counts.items() if n]
+        parts += [(cm.layer(did, cfg, b, k, "none"), n - full_counts.get(k, 0)) for k, n in counts.items()]
+        parts = [(c, n) for c, n in parts if n]
+    else:
+        parts = [(cm.layer(did, cfg, b, k, recompute), n) for k, n in counts.items() if n]
     if index == 0:
         parts.append((cm.first_edge(did, cfg, b), 1))
     if index == pp - 1:
@@ -73,7 +93,15 @@ def stage_totals(
     weights = total("weights")
     fwd, bwd, rs, ag, opt = total("fwd"), total("bwd"), total("rs"), total("ag"), total("opt")
     acts = infl * total("act")
-    fixed = cm.fixed_memory(did, cfg, b) + (cm.last_edge(did, cfg, b).work if index == pp - 1 else 0.0)
+    edge_work = cm.last_edge(did, cfg, b).work if index == pp - 1 else 0.0
+    fixed = cm.fixed_memory(did, cfg, b) + edge_work
+    allocated = weights + acts + fixed
+    state = StateBytes()
+    for c, n in parts:
+        state = state + c.state.scaled(n)
+    mm = cm.memory_model(did)
+    items = {**state.to_dict(), "activations": acts, "working": fixed}
+    items = mm.items(items, cfg)
     return StageTotals(
         fwd=fwd,
         bwd=bwd,
@@ -82,8 +110,8 @@ def stage_totals(
         tp=total("tp"),
         cp=total("cp"),
         ep=total("ep"),
-        memory=weights + acts + fixed,
-        capacity=cm.capacity(did),
+        memory=mm.device_total(allocated, cfg),
+        capacity=mm.usable(),
         weights=weights,
         activations=acts,
         rs=rs,
@@ -91,4 +119,24 @@ def stage_totals(
         opt=opt,
         host=total("host"),
         sync=cm.exposed_sync(did, rs, ag, fwd, bwd, opt),
+        allocated=allocated,
+        budget=cm.capacity(did, cfg),
+        items=items,
     )
+
+
+def block_full_counts(
+    kinds: tuple[LayerKind, ...], start: int, end: int, vpp: int, num_layers: int
+) -> Counter[LayerKind]:
+    """Kinds of the layers block recompute (``--recompute-method block --recompute-num-layers K``) covers
+    in a stage holding layers ``[start, end)``: the first K of each of its ``vpp`` chunks (the stage's
+    range split into ``vpp`` contiguous chunks, as the cost model prices interleaved stages)."""
+    n = end - start
+    out: Counter[LayerKind] = Counter()
+    base, extra = divmod(n, vpp)
+    pos = start
+    for c in range(vpp):
+        size = base + (1 if c < extra else 0)
+        out.update(kinds[pos : pos + min(num_layers, size)])
+        pos += size
+    return out

@@ -1,4 +1,5 @@
-"""Deployable output: a validated plan written as Megatron-LM or FlagScale launch files.
+"""Deployable output: a validated plan written as the launch files of the runtime that runs it
+(Megatron-LM, its ROCm fork, MindSpeed-LLM, or FlagScale; :mod:`hapmoe_milp.runtimes`).
 
 The validators live in ``hapmoe_milp.export.validate`` (``validate``, ``check``); the function is not
 re-exported here so that the name keeps meaning the module.
@@ -17,6 +18,8 @@ from hapmoe_milp.config import Settings
 from hapmoe_milp.errors import ExportError, SpecError
 from hapmoe_milp.export import flagscale as _fs
 from hapmoe_milp.export import megatron as _mg
+from hapmoe_milp.export import mindspeed as _ms
+from hapmoe_milp.export import rocm as _rocm
 from hapmoe_milp.export.common import GENERATED_MARK, TARGETS, RecomputeNote, Target, nearest_expressible_recompute
 from hapmoe_milp.export.flagscale import flagscale_config, flagscale_hostfile, flagscale_yaml
 from hapmoe_milp.export.megatron import (
@@ -26,7 +29,7 @@ from hapmoe_milp.export.megatron import (
     parse_megatron_args,
     plan_from_megatron_args,
 )
-from hapmoe_milp.export.validate import Violation, check, warnings
+from hapmoe_milp.export.validate import Violation, check, warnings_for
 from hapmoe_milp.fileio import write_files_atomic
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.specs._fields import check_name
@@ -98,12 +101,14 @@ def export_files(
 ) -> dict[str, str]:
     """The files of an export, name -> text, after validating ``plan`` for ``target`` (nothing is written)."""
     if target not in TARGETS:
-        raise ExportError(f"unknown target {target!r} (expected {' or '.join(TARGETS)})", field="target")
+        raise ExportError(f"unknown target {target!r} (expected {', '.join(TARGETS)})", field="target")
     check_names(plan, model, cluster)
     check(plan, model, cluster, target, source=source)
-    for w in warnings(plan, model, cluster, target):
+    for w in warnings_for(plan, model, cluster, target):
         log.warning("%s: %s", source, w)
     full = plan.with_specs(model, cluster)
+    if full.runtime is None:
+        full = full.with_runtime(target)  # validated for it just now
     files: dict[str, str] = {"plan.json": full.to_json() + "\n"}
     if target == "megatron":
         args = megatron_args(plan, model, cluster)
@@ -111,9 +116,23 @@ def export_files(
         files["hostfile"] = hostfile(plan, cluster)
         files.update(launch_scripts(plan, cluster, model))
         files["README.txt"] = _mg.readme(plan, model, cluster, args)
+    elif target == "rocm":
+        args = _rocm.rocm_args(plan, model, cluster)
+        files[_rocm.ARGS_FILE] = _mg.format_args_file(args)
+        files["hostfile"] = hostfile(plan, cluster)
+        files.update(launch_scripts(plan, cluster, model, flavor=_rocm.ROCM_FLAVOR))
+        files["README.txt"] = _mg.readme(plan, model, cluster, args)
+    elif target == "mindspeed":
+        args = _ms.mindspeed_args(plan, model, cluster)
+        files[_ms.ARGS_FILE] = _mg.format_args_file(args)
+        files["hostfile"] = hostfile(plan, cluster)
+        files.update(launch_scripts(plan, cluster, model, flavor=_ms.MINDSPEED_FLAVOR))
+        files["README.txt"] = _ms.readme(plan, model, cluster, args)
     else:
         files[_fs.CONFIG_FILE] = flagscale_yaml(plan, model, cluster)
-        files[_fs.EXPERIMENT_FILE] = _fs.experiment_yaml(plan, os.fspath(Path(out_dir).absolute() / "hostfile"))
+        files[_fs.EXPERIMENT_FILE] = _fs.experiment_yaml(
+            plan, cluster, os.fspath(Path(out_dir).absolute() / "hostfile")
+        )
         files["hostfile"] = flagscale_hostfile(plan, cluster)
         files["README.txt"] = _fs.readme(plan, model, cluster)
     return files
@@ -131,7 +150,8 @@ def export_plan(
 ) -> list[Path]:
     """Validate ``plan`` for ``target`` and write its launch files into ``out_dir``; returns the paths.
 
-    megatron: plan.json, megatron_args.txt, hostfile, launch_node<k>.sh, README.txt.
+    megatron, rocm: plan.json, megatron_args.txt, hostfile, launch_node<k>.sh, README.txt.
+    mindspeed: plan.json, mindspeed_args.txt, hostfile, launch_node<k>.sh, README.txt.
     flagscale: plan.json, flagscale.yaml, experiment.yaml, hostfile, README.txt.
     The plan is exported under the settings it carries (``settings`` replaces them, batch fields aside).
     Raises PlanError / ExportError naming the first failing rule; nothing is written then. Files are
@@ -142,7 +162,7 @@ def export_plan(
     out = Path(out_dir)
     files = export_files(plan, model, cluster, target, out, source)
     scripts = [n for n in files if n.startswith("launch_node")]
-    stale = _stale_scripts(out) if target == "megatron" else []
+    stale = _stale_scripts(out) if target != "flagscale" else []
     written = write_files_atomic(out, files, executable=scripts, remove=stale, field="out_dir")
     log.info("exported %s plan for %s to %s (%d files)", target, plan.model, os.fspath(out), len(written))
     return written

@@ -21,10 +21,11 @@ from typing import Any
 
 import yaml
 
-from hapmoe_milp.config import ParallelConfig, Settings
+from hapmoe_milp.config import ParallelConfig, Settings, parse_recompute
 from hapmoe_milp.errors import ExportError
 from hapmoe_milp.export.common import (
     GENERATED_MARK,
+    VISIBLE_DEVICES_ENV,
     host_name,
     nearest_expressible_recompute,
     rank_slots,
@@ -109,8 +110,8 @@ def recompute_config(plan: Plan, model: ModelSpec) -> dict[str, Any]:
     kinds = set(levels)
     if kinds == {"none"}:
         return {}
-    if kinds == {"selective"}:
-        return {"recompute_granularity": "selective", "recompute_modules": list(selective_modules(model))}
+    if len(kinds) == 1 and parse_recompute(levels[0]).granularity == "selective":
+        return {"recompute_granularity": "selective", "recompute_modules": list(selective_modules(model, levels[0]))}
     out: dict[str, Any] = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
     if kinds == {"none", "full"}:
         runs: list[list[int]] = []
@@ -211,9 +212,16 @@ def flagscale_config(
     return {"system": system, "model": model_cfg, "data": data}
 
 
-def experiment_config(plan: Plan, hostfile_path: str = "hostfile") -> dict[str, Any]:
+def experiment_config(plan: Plan, cluster: ClusterSpec, hostfile_path: str = "hostfile") -> dict[str, Any]:
     """FlagScale's experiment config: what to run (task), how (runner with our hostfile), with which
     environment (``envs``), and the train config it composes (``defaults: [_self_, flagscale@train]``).
+
+    ``envs.device_type_specific`` gives every host type its vendor's visible-devices variable
+    (``CUDA_VISIBLE_DEVICES``, ``ASCEND_RT_VISIBLE_DEVICES``, ``HIP_VISIBLE_DEVICES``) listing the node's
+    devices, as every FlagScale example sets one: the runner's ``run_node`` (runner_train.py) counts the
+    processes per host from the first ``*_VISIBLE_DEVICES`` value among the host's envs and fails without
+    one; ``update_nodes_envs`` merges the entry of the host's ``type=`` (our hostfile's device id) into the
+    envs. A host then starts ``min(slots, visible devices)`` = ``slots`` processes.
 
     ``CUDA_DEVICE_MAX_CONNECTIONS=1`` goes under ``envs`` whenever a mesh has TP > 1 or CP > 1: Megatron's
     ``validate_args`` asserts it on those ranks (pre-Blackwell GPUs), and the runner exports ``envs`` on
@@ -221,6 +229,11 @@ def experiment_config(plan: Plan, hostfile_path: str = "hostfile") -> dict[str, 
     envs: dict[str, Any] = {}
     if any(s.cfg.tp > 1 or s.cfg.cp > 1 for s in plan.stages):
         envs["CUDA_DEVICE_MAX_CONNECTIONS"] = 1
+    per_type: dict[str, dict[str, str]] = {}
+    for dev in device_type_order(process_meshes(plan)):
+        var = VISIBLE_DEVICES_ENV.get(cluster.device(dev).vendor, "CUDA_VISIBLE_DEVICES")
+        per_type[dev] = {var: ",".join(str(i) for i in range(cluster.node_size(dev)))}
+    envs["device_type_specific"] = per_type
     name = f"{plan.model}-{plan.cluster}"
     return {
         "defaults": ["_self_", f"{CONFIG_FILE.removesuffix('.yaml')}@train"],
@@ -236,14 +249,18 @@ def experiment_config(plan: Plan, hostfile_path: str = "hostfile") -> dict[str, 
     }
 
 
-def experiment_yaml(plan: Plan, hostfile_path: str = "hostfile") -> str:
+def experiment_yaml(plan: Plan, cluster: ClusterSpec, hostfile_path: str = "hostfile") -> str:
     header = (
         comment(f"{GENERATED_MARK}: FlagScale experiment config for {plan.model} on {plan.cluster}.")
         + f"\n# It composes {CONFIG_FILE} (same folder) as the train config; run from a FlagScale checkout with\n"
         "#   python run.py --config-path <this folder> --config-name experiment action=run\n"
     )
     return header + yaml.dump(
-        experiment_config(plan, hostfile_path), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120
+        experiment_config(plan, cluster, hostfile_path),
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        width=120,
     )
 
 

@@ -34,7 +34,8 @@ from hapmoe_milp.export.common import (
     moe_layer_freq_arg,
     nearest_expressible_recompute,
     plan_chunks,
-    selective_modules,
+    recompute_flag_args,
+    recompute_from_flags,
 )
 from hapmoe_milp.export.megatron_arch import ENTRY_GPT, entry_script, feature_args, megatron_gaps, position_embedding
 
@@ -142,13 +143,9 @@ def recompute_args(plan: Plan, model: ModelSpec) -> list[str]:
             field="stages.recompute",
         )
     level: Recompute = levels.pop()
-    if level == "none":
-        return []
-    if level == "selective":
-        return ["--recompute-granularity", "selective", "--recompute-modules", *selective_modules(model)]
     # block recomputes the first K layers of every model chunk; K = the largest chunk covers them all
-    k = max(1, max(c.decoder for row in plan_chunks(plan, model) for c in row))
-    return ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", str(k)]
+    k = max(c.decoder for row in plan_chunks(plan, model) for c in row)
+    return recompute_flag_args(level, model, k)
 
 
 def model_args(model: ModelSpec) -> list[str]:
@@ -218,6 +215,30 @@ def offload_args(st: Settings) -> list[str]:
 
 
 OFFLOAD_FRACTION = "1.0"
+
+
+def memory_args(st: Settings) -> list[str]:
+    """The memory levers the cost model priced (cost/memory.py), as Megatron flags (names at core_v0.16.1):
+    gradient and state precision, FP8 parameters, Megatron-FSDP (which validate_args allows only with the
+    fsdp_dtensor checkpoint format), fine-grained activation offload, and dropout off unless asked for."""
+    a: list[str] = []
+    if st.grad_reduce_in_bf16:
+        a += ["--grad-reduce-in-bf16"]
+    if st.fp8_param_gather:
+        a += ["--fp8-param-gather"]
+    if (st.optimizer_state_dtype != "fp32" or st.main_params_dtype != "fp32") and not st.optimizer_offload:
+        a += ["--use-precision-aware-optimizer"]  # optimizer offload already emits it
+    if st.optimizer_state_dtype != "fp32":
+        a += ["--exp-avg-dtype", st.optimizer_state_dtype, "--exp-avg-sq-dtype", st.optimizer_state_dtype]
+    if st.main_params_dtype != "fp32":
+        a += ["--main-params-dtype", st.main_params_dtype]
+    if st.fsdp != "none":
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", st.fsdp, "--ckpt-format", "fsdp_dtensor"]
+    if st.offload_modules:
+        a += ["--fine-grained-activation-offloading", "--offload-modules", *st.offload_modules]
+    if not st.dropout:
+        a += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
+    return a
 
 
 def null_tokenizer_vocab_arg(vocab_size: int, adds_eod: bool) -> int:
@@ -304,6 +325,7 @@ def megatron_args(plan: Plan, model: ModelSpec, cluster: ClusterSpec, settings: 
     if st.distributed_optimizer:
         a += ["--use-distributed-optimizer"]
     a += offload_args(st)
+    a += memory_args(st)
     if st.overlap_grad_reduce:
         a += ["--overlap-grad-reduce"]
     if st.overlap_param_gather and st.distributed_optimizer and st.overlap_grad_reduce:
@@ -313,10 +335,6 @@ def megatron_args(plan: Plan, model: ModelSpec, cluster: ClusterSpec, settings: 
         # the plan's recipe (tensorwise, blockwise or mxfp8; never delayed scaling, which rejects the
         # layernorm/moe_act selective recompute we emit)
         a += ["--fp8-format", "hybrid", "--fp8-recipe", st.fp8_recipe]
-        if st.fp8_param_gather:
-            a += ["--fp8-param-gather"]
-    if not st.grad_reduce_in_fp32:
-        a += ["--grad-reduce-in-bf16"]
     if st.tp_comm_overlap and plan.stages[0].cfg.tp > 1:
         a += ["--tp-comm-overlap"]
     a += cuda_graph_args(st.cuda_graph_scope)
@@ -438,21 +456,18 @@ def plan_from_megatron_args(
         if ch is None:
             raise ExportError("the layer-split flags do not give a valid Megatron split", field=ARGS_FILE)
         per_rank = [sum(c.total for c in row) for row in ch]
-    gran = p.get("recompute_granularity")
-    level: Recompute = "none" if gran is None else ("selective" if gran == "selective" else "full")
-    if level == "full":
-        k = int(p.get("recompute_num_layers", 0))
-        biggest = 0
-        if layout is not None:
-            biggest = max(c.decoder for row in layout_chunks(str(layout), pp) for c in row)
-        elif ch is not None:
-            biggest = max(c.decoder for row in ch for c in row)
-        if p.get("recompute_method") != "block" or k < biggest:
-            raise ExportError(
-                "only full recompute of every layer (--recompute-method block with K >= layers per chunk) maps to "
-                "a plan recompute level",
-                field=ARGS_FILE,
-            )
+    biggest = 1
+    if layout is not None:
+        biggest = max(c.decoder for row in layout_chunks(str(layout), pp) for c in row)
+    elif ch is not None:
+        biggest = max(c.decoder for row in ch for c in row)
+    level: Recompute = recompute_from_flags(
+        p.get("recompute_granularity"),
+        p.get("recompute_method"),
+        p.get("recompute_num_layers"),
+        p.get("recompute_modules"),
+        biggest,
+    )
     out_stages = []
     pos = 0
     for i in range(pp):
@@ -489,8 +504,29 @@ def hostfile(plan: Plan, cluster: ClusterSpec) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
+class Flavor:
+    """What a Megatron-style runtime's launch scripts differ in: the checkout they run from, the file
+    the flags live in, the environment they export, and how the synthetic-data vocabulary is found
+    (``probe_vocab``: ask the checkout, ``NULL_VOCAB_PROBE``; else its NullTokenizer adds an EOD)."""
+
+    name: str
+    checkout_var: str
+    checkout_what: str
+    args_file: str
+    env: tuple[tuple[str, str, str], ...] = ()
+    probe_vocab: bool = True
+
+
+MEGATRON_FLAVOR = Flavor("megatron", "MEGATRON_LM", "your Megatron-LM checkout", ARGS_FILE)
+
+
 def launch_scripts(
-    plan: Plan, cluster: ClusterSpec, model: ModelSpec | None = None, settings: Settings | None = None
+    plan: Plan,
+    cluster: ClusterSpec,
+    model: ModelSpec | None = None,
+    settings: Settings | None = None,
+    flavor: Flavor = MEGATRON_FLAVOR,
 ) -> dict[str, str]:
     """One torchrun script per launch unit (normally per node): ``launch_node<k>.sh``.
 
@@ -519,14 +555,21 @@ def launch_scripts(
             f"NPROC_PER_NODE={u.nproc}",
             'MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to the address of the first host in the hostfile}"',
             'MASTER_PORT="${MASTER_PORT:-29500}"',
-            'MEGATRON_LM="${MEGATRON_LM:?set MEGATRON_LM to your Megatron-LM checkout}"',
+            f'{flavor.checkout_var}="${{{flavor.checkout_var}:?set {flavor.checkout_var} to {flavor.checkout_what}}}"',
         ]
-        if model is not None:
+        if model is not None and not flavor.probe_vocab:
+            lines += [
+                "# Synthetic data unless DATA_ARGS is set (this checkout's NullTokenizer adds an EOD token).",
+                'DATA_ARGS="${DATA_ARGS:-' + " ".join(tokenizer_args(model)) + '}"',
+            ]
+        elif model is not None:
             lines += [
                 "# Synthetic data unless DATA_ARGS is set. Megatron's NullTokenizer adds an EOD token to",
                 "# --vocab-size up to Megatron-Core 0.17 and not from 0.18: ask the checkout which it does.",
                 'if [ -z "${DATA_ARGS:-}" ]; then',
-                '  NULL_VOCAB="$("${PYTHON:-python3}" - "$MEGATRON_LM" ' + str(int(model.vocab_size)) + " <<'PY'",
+                f'  NULL_VOCAB="$("${{PYTHON:-python3}}" - "${flavor.checkout_var}" '
+                + str(int(model.vocab_size))
+                + " <<'PY'",
                 NULL_VOCAB_PROBE.rstrip("\n"),
                 "PY",
                 ')"',
@@ -535,17 +578,26 @@ def launch_scripts(
             ]
         else:
             lines.append('DATA_ARGS="${DATA_ARGS:---mock-data}"')
-        if cfg_tp_cp:
+        if plan.settings().fsdp != "none":
+            # validate_args asserts it is not 1 under Megatron-FSDP (and only warns about TP/CP then)
+            lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=8  # Megatron-FSDP needs more than one")
+        elif cfg_tp_cp:
             lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron asserts it with TP > 1 or CP > 1")
+        if plan.settings().offload_modules:
+            lines.append("export NVTE_CPU_OFFLOAD_V1=1  # validate_args: fine-grained offload with TE >= 2.10")
+        for name, value, why in flavor.env:
+            # the connection count set above (TP/CP, Megatron-FSDP) wins over the flavor's default
+            if name != "CUDA_DEVICE_MAX_CONNECTIONS" or not (cfg_tp_cp or plan.settings().fsdp != "none"):
+                lines.append(f"export {name}={shlex.quote(value)}  # {why}")
         if not u.whole_node_prefix:
             env = VISIBLE_DEVICES_ENV.get(u.vendor, "CUDA_VISIBLE_DEVICES")
             lines.append(f"export {env}={','.join(str(int(i)) for i in u.locals)}")
         lines += [
             "set -f  # no globbing: the layout and --moe-layer-freq values contain '*', '(' and '['",
-            f'MEGATRON_ARGS=$(cat "$HERE/{ARGS_FILE}")',
+            f'MEGATRON_ARGS=$(cat "$HERE/{flavor.args_file}")',
             'torchrun --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_PER_NODE" \\',
             '  --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \\',
-            f'  "$MEGATRON_LM/{entry}" $MEGATRON_ARGS $DATA_ARGS "$@"',
+            f'  "${flavor.checkout_var}/{entry}" $MEGATRON_ARGS $DATA_ARGS "$@"',
         ]
         out[f"launch_node{u.index}.sh"] = "\n".join(lines) + "\n"
     return out
@@ -594,12 +646,12 @@ def readme(plan: Plan, model: ModelSpec, cluster: ClusterSpec, args: Sequence[st
         "Training-length flags (--train-iters, --lr, ...) are yours to add after the script name: extra",
         f"arguments to launch_node<k>.sh are passed on to {entry}.",
     ]
-    if len(vendors) > 1 or vendors != ["nvidia"]:
+    if vendors == ["amd"]:
         lines += [
             "",
-            f"Device vendors in this plan: {', '.join(vendors)}. Upstream Megatron-LM runs on NVIDIA GPUs; other",
-            "vendors need their Megatron port (MindSpeed on Ascend, ROCm's Megatron-LM fork on AMD) and a collective backend that spans",
-            "vendors for the pipeline hops between device types. The flags above are upstream Megatron's.",
+            "AMD GPUs: run these with the ROCm fork of Megatron-LM (ROCm/Megatron-LM) as MEGATRON_LM. Its flags",
+            "are upstream's plus --no-gradient-accumulation-fusion, and the scripts export the environment",
+            "its examples set (see hapmoe_milp/export/rocm.py for what differs and why).",
         ]
     if any(not u.whole_node_prefix for u in units):
         lines += [

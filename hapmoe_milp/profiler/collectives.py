@@ -400,6 +400,12 @@ def _library_versions(torch: Any, kind: str) -> dict[str, str]:
     return versions
 
 
+def check_local_ranks(nproc_per_node: int) -> None:
+    """Collectives need two ranks at least (checked before a profile starts measuring, and here)."""
+    if nproc_per_node < 2:
+        raise ProfilerError(f"collectives need at least 2 local ranks, got {nproc_per_node}", field="nproc_per_node")
+
+
 def launch_local_collectives(
     nproc_per_node: int,
     out: str | Path,
@@ -416,8 +422,7 @@ def launch_local_collectives(
     For one host only (``--standalone`` picks a free port): the CLI's ``profile`` can measure the intra-node
     tables in the same command. Multi-node runs need the launcher on every node, which the user starts.
     """
-    if nproc_per_node < 2:
-        raise ProfilerError(f"collectives need at least 2 local ranks, got {nproc_per_node}", field="nproc_per_node")
+    check_local_ranks(nproc_per_node)
     if link is not None and link not in LINKS:
         raise ProfilerError(f"unknown link class {link!r}; choose intra, inter or cross", field="link")
     outp = Path(out)

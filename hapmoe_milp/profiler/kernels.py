@@ -40,6 +40,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from hapmoe_milp.limits import RANGE_PEAK_TFLOPS
 from hapmoe_milp.profiler import ProfilerError, require_torch
 from hapmoe_milp.profiler.peaks import KNOWN_PEAKS, KnownPeak, choose_peak, known_peak  # noqa: F401
 from hapmoe_milp.profiler.timing import Timing, calls_per_sample, time_fn
@@ -607,8 +608,9 @@ def profile_device(
     """
     if not device_name or any(ch.isspace() for ch in device_name):
         raise ProfilerError(f"invalid device name {device_name!r} (it becomes the table id)", field="device_name")
-    if peak_tflops is not None and not (math.isfinite(peak_tflops) and peak_tflops > 0):
-        raise ProfilerError(f"peak TFLOP/s must be a positive number, got {peak_tflops}", field="peak_tflops")
+    lo, hi = RANGE_PEAK_TFLOPS  # the range a device table's peak must lie in (it becomes one)
+    if peak_tflops is not None and not (math.isfinite(peak_tflops) and lo <= peak_tflops <= hi):
+        raise ProfilerError(f"peak TFLOP/s must lie in [{lo:g}, {hi:g}], got {peak_tflops:g}", field="peak_tflops")
     t_start = time.perf_counter()
     be = detect_backend(backend)
     torch = be.torch

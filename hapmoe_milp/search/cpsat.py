@@ -1,4 +1,6 @@
-"""CP-SAT translation of one depth model (the formulation is :mod:`hapmoe_milp.search.formulation`).
+"""CP-SAT translation of one depth model (:mod:`hapmoe_milp.search.depth_model`; the formulation is
+:mod:`hapmoe_milp.search.formulation`), in the sections the MILP backend shares: structure, layout rules,
+times, hint, configure, decode (:mod:`hapmoe_milp.search.backends`).
 
 Integer scaling, and why the certificate stays honest:
 
@@ -26,13 +28,15 @@ import logging
 import math
 import os
 import time
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from ortools.sat.python import cp_model
 
 from hapmoe_milp.errors import SolverError
-from hapmoe_milp.search.formulation import DepthModel, SubResult
+from hapmoe_milp.search.depth_model import DepthModel
+from hapmoe_milp.search.formulation import SubResult
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +89,21 @@ def _down(x: float, unit: float) -> int:
     return math.floor(x / unit)
 
 
+@dataclass
+class _Arcs:
+    """The arcs' booleans and what the rows read of them (per arc: option, size, device type, link class;
+    per slot: its arcs), plus the indicators the layout rules create."""
+
+    x: list[Any]
+    opt: list[int]
+    size: list[int]
+    tix: list[int]
+    cls: list[int]
+    by_slot: list[list[int]]
+    class_lit: dict[tuple[int, int], Any] = field(default_factory=dict)  # (slot, link class) -> 0/literal
+    type_arcs: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (slot, device type) -> arcs
+
+
 def solve_model(
     model: DepthModel,
     *,
@@ -98,30 +117,45 @@ def solve_model(
     log_search: bool = False,
     **_: Any,
 ) -> SubResult:
+    """Build, solve and decode one depth model, in the sections both backends share: structure, layout
+    rules, times (with the cuts and the objective), hint, configure, decode."""
     t0 = time.perf_counter()
     dm = model
-    sub = dm.sub
     res = float(resolution_s) if resolution_s else auto_resolution(dm)
-    c = coefficient_scale(dm.alpha, dm.beta)
-    ca, cb = round(c * dm.alpha), round(c * dm.beta)
-    P, N = dm.P, sub.N
     m = cp_model.CpModel()
-    A = len(dm.slot)
-    x = [m.new_bool_var(f"x{a}") for a in range(A)]
     opt = dm.opt.tolist()
-    size = [int(sub.size[i]) for i in opt]
-    tix = [int(sub.tix[i]) for i in opt]
-    cls = [int(sub.cls[i]) for i in opt]
-    by_slot = [idx.tolist() for idx in dm.by_slot]
+    arcs = _Arcs(
+        x=[m.new_bool_var(f"x{a}") for a in range(len(dm.slot))],
+        opt=opt,
+        size=[int(dm.sub.size[i]) for i in opt],
+        tix=[int(dm.sub.tix[i]) for i in opt],
+        cls=[int(dm.sub.cls[i]) for i in opt],
+        by_slot=[idx.tolist() for idx in dm.by_slot],
+    )
+    _structure(m, dm, arcs)
+    _layout_rules(m, dm, arcs)
+    times = _times(m, dm, arcs, res, symmetry)
+    if hint is not None:
+        _hint(m, dm, arcs, times, hint)
+    solver = _configure(time_limit, threads, relative_gap, log_search, fix_hint and hint is not None)
+    t_build = time.perf_counter() - t0
+    status = solver.solve(m)
+    return _decode(m, solver, status, dm, arcs, times, res, t0, t_build)
 
-    # ---------------------------------------------------------------- structure
-    for k in range(1, P + 1):
+
+# ------------------------------------------------------------------------------------------ structure
+def _structure(m: cp_model.CpModel, dm: DepthModel, arcs: _Arcs) -> None:
+    """One arc per slot; the layers (by count, or flow between consecutive slots' ranges); the inventory
+    per device type; one group key per plan."""
+    sub, x, by_slot = dm.sub, arcs.x, arcs.by_slot
+    A = len(x)
+    for k in range(1, dm.P + 1):
         m.add_exactly_one([x[a] for a in by_slot[k - 1]]).with_name(f"one_arc_k{k}")
     if sub.counts:
-        m.add(sum(int(dm.n[a]) * x[a] for a in range(A)) == N).with_name("layers")
+        m.add(sum(int(dm.n[a]) * x[a] for a in range(A)) == sub.N).with_name("layers")
     else:
         start, end = dm.start.tolist(), dm.end.tolist()
-        for k in range(1, P):
+        for k in range(1, dm.P):
             ends: dict[int, list[int]] = {}
             starts: dict[int, list[int]] = {}
             for a in by_slot[k]:  # slot k+1
@@ -133,43 +167,49 @@ def solve_model(
                     f"flow_k{k}_l{p}"
                 )
     for j, t in enumerate(sub.types):
-        terms = [size[a] * x[a] for a in range(A) if tix[a] == j]
-        if terms and sum(size[a] for a in range(A) if tix[a] == j) > sub.inv[j]:
+        terms = [arcs.size[a] * x[a] for a in range(A) if arcs.tix[a] == j]
+        if terms and sum(arcs.size[a] for a in range(A) if arcs.tix[a] == j) > sub.inv[j]:
             m.add(sum(terms) <= sub.inv[j]).with_name(f"inventory_{t}")
-    gids = sorted({int(sub.gid[i]) for i in opt})
+    gids = sorted({int(sub.gid[i]) for i in arcs.opt})
     if len(gids) > 1:
-        gam = {g: m.new_bool_var(f"group_{g}") for g in gids}
-        m.add_exactly_one(list(gam.values())).with_name("one_group")
+        group = {g: m.new_bool_var(f"group_{g}") for g in gids}
+        m.add_exactly_one(list(group.values())).with_name("one_group")
         for a in range(A):
-            m.add_implication(x[a], gam[int(sub.gid[opt[a]])])
+            m.add_implication(x[a], group[int(sub.gid[arcs.opt[a]])])
 
-    def indicator(members: list[int], name: str) -> Any:
-        if not members:
-            return 0
-        if len(members) == 1:
-            return x[members[0]]
-        b = m.new_bool_var(name)
-        m.add(b == sum(x[a] for a in members)).with_name(name)
-        return b
 
-    # link class of each slot (the p2p of the slot above depends on it)
-    d: dict[tuple[int, int], Any] = {}
+def _indicator(m: cp_model.CpModel, arcs: _Arcs, members: list[int], name: str) -> Any:
+    """0, the one arc's literal, or a new boolean equal to the sum of ``members`` (at most one is on)."""
+    if not members:
+        return 0
+    if len(members) == 1:
+        return arcs.x[members[0]]
+    b = m.new_bool_var(name)
+    m.add(b == sum(arcs.x[a] for a in members)).with_name(name)
+    return b
+
+
+# ------------------------------------------------------------------------------------------ layout rules
+def _layout_rules(m: cp_model.CpModel, dm: DepthModel, arcs: _Arcs) -> None:
+    """Each slot's link class (the p2p of the slot above depends on it); hetero's contiguous device
+    types, one stage size per type, and stages that do not straddle a node."""
+    sub, x, by_slot, P = dm.sub, arcs.x, arcs.by_slot, dm.P
     for k in range(1, P):
         for j in range(len(sub.classes)):
-            members = [a for a in by_slot[k - 1] if cls[a] == j]
+            members = [a for a in by_slot[k - 1] if arcs.cls[a] == j]
             if members:
-                d[(k, j)] = indicator(members, f"class_k{k}_c{j}")
-    bt: dict[tuple[int, int], Any] = {}
+                arcs.class_lit[(k, j)] = _indicator(m, arcs, members, f"class_k{k}_c{j}")
     if sub.contiguous or sub.align_types or sub.same_size:
         for k in range(1, P + 1):
             for j in range(len(sub.types)):
-                bt[(k, j)] = [a for a in by_slot[k - 1] if tix[a] == j]
+                arcs.type_arcs[(k, j)] = [a for a in by_slot[k - 1] if arcs.tix[a] == j]
+    of = arcs.type_arcs
     if sub.contiguous:
         for j, t in enumerate(sub.types):
             starts_ = []
             for k in range(1, P + 1):
-                here = sum(x[a] for a in bt[(k, j)])
-                prev = sum(x[a] for a in bt[(k - 1, j)]) if k > 1 else 0
+                here = sum(x[a] for a in of[(k, j)])
+                prev = sum(x[a] for a in of[(k - 1, j)]) if k > 1 else 0
                 s_ = m.new_bool_var(f"type_start_k{k}_{t}")
                 m.add(s_ >= here - prev).with_name(f"type_start_k{k}_{t}")
                 starts_.append(s_)
@@ -177,25 +217,47 @@ def solve_model(
     if sub.same_size:
         for j, t in enumerate(sub.types):
             for k in range(1, P):
-                here_t = sum(x[a] for a in bt[(k, j)])
-                for g in sorted({size[a] for a in bt[(k, j)] + bt[(k + 1, j)]}):
-                    a_k = sum(x[a] for a in bt[(k, j)] if size[a] == g)
-                    a_k1 = sum(x[a] for a in bt[(k + 1, j)] if size[a] == g)
+                here_t = sum(x[a] for a in of[(k, j)])
+                for g in sorted({arcs.size[a] for a in of[(k, j)] + of[(k + 1, j)]}):
+                    a_k = sum(x[a] for a in of[(k, j)] if arcs.size[a] == g)
+                    a_k1 = sum(x[a] for a in of[(k + 1, j)] if arcs.size[a] == g)
                     m.add(a_k1 + here_t - a_k <= 1).with_name(f"same_size_k{k}_{t}_g{g}")
     for j in sub.align_types:
         t = sub.types[j]
         node, inv_t = sub.node[t], sub.inv[j]
         cum: list[Any] = []
         for k in range(1, P + 1):
-            cum.extend(size[a] * x[a] for a in bt[(k, j)])
+            cum.extend(arcs.size[a] * x[a] for a in of[(k, j)])
             q = m.new_int_var(-1, inv_t // node + 1, f"node_q_k{k}_{t}")
             r = m.new_int_var(0, node - 1, f"node_r_k{k}_{t}")
             m.add(inv_t - sum(cum) == node * q + r).with_name(f"offset_k{k}_{t}")
-            here = [min(size[a], node) * x[a] for a in bt[(k, j)]]
+            here = [min(arcs.size[a], node) * x[a] for a in of[(k, j)]]
             if here:
                 m.add(r + sum(here) <= node).with_name(f"align_k{k}_{t}")
 
-    # ---------------------------------------------------------------- times
+
+# ------------------------------------------------------------------------------------------ times
+@dataclass
+class _Times:
+    """Scaled coefficients (time units of ``resolution_s``, rounded down) and the time variables."""
+
+    stage: list[int]  # per arc: fwd + bwd (with edges)
+    sync: list[int]  # per arc
+    p2p: list[list[int]]  # per option and link class
+    tau: list[Any]
+    tau_max: Any
+    sigma: Any
+    p: dict[int, Any]  # slot (>= 2) -> its p2p towards the slot after it
+    scale: int  # common denominator of the pipeline coefficients
+    symmetry_cuts: int = 0
+
+
+def _times(m: cp_model.CpModel, dm: DepthModel, arcs: _Arcs, res: float, symmetry: bool) -> _Times:
+    """Stage times with the boundary's p2p, ``tau_max`` and ``sigma``; the lower-bound cuts, symmetry and
+    cross-type rows; the objective and the cutoff."""
+    sub, x, by_slot, opt, P = dm.sub, arcs.x, arcs.by_slot, arcs.opt, dm.P
+    c = coefficient_scale(dm.alpha, dm.beta)
+    ca, cb = round(c * dm.alpha), round(c * dm.beta)
     TM = [_down(v, res) for v in dm.time.tolist()]
     SY = [_down(v, res) for v in dm.sync.tolist()]
     PP = [[_down(v, res) for v in row] for row in sub.p2p.tolist()]
@@ -208,7 +270,7 @@ def solve_model(
     for k in range(2, P + 1):
         p[k] = m.new_int_var(0, pmax, f"p2p_k{k}")
         for j in range(len(sub.classes)):
-            lit = d.get((k - 1, j))
+            lit = arcs.class_lit.get((k - 1, j))
             if lit is None:
                 continue
             terms = [PP[opt[a]][j] * x[a] for a in by_slot[k - 1] if PP[opt[a]][j]]
@@ -226,50 +288,69 @@ def solve_model(
     m.add(tmax >= max(0, _down(dm.tau_lo, res) - 3)).with_name("cover_tau_max")
     m.add(sum(tau) >= max(0, _down(dm.sum_lo, res) - 3 * P)).with_name("sum_tau_lower")
     m.add(sigma >= max(0, _down(dm.sigma_lo, res) - 1)).with_name("sigma_lower")
-    n_sym = 0
+    out = _Times(TM, SY, PP, tau, tmax, sigma, p, c)
     if symmetry:
-        for k, i in dm.symmetry:
-            j = int(sub.cls[i])
-            lit_prev = d.get((k - 1, j))
-            if lit_prev is None or isinstance(lit_prev, int):
-                continue
-            here = [a for a in by_slot[k - 1] if opt[a] == i]
-            above = [a for a in by_slot[k] if opt[a] == i]
-            z = indicator(here, f"z_k{k}_o{i}")
-            row = m.add(sum(int(dm.n[a]) * x[a] for a in above) <= sum(int(dm.n[a]) * x[a] for a in here))
-            row.with_name(f"sym_k{k}_o{i}").only_enforce_if([z, lit_prev] if not isinstance(z, int) else lit_prev)
-            n_sym += 1
+        out.symmetry_cuts = _symmetry(m, dm, arcs)
     for a, j in dm.forbidden:
-        lit = d.get((int(dm.slot[a]) - 1, j))
+        lit = arcs.class_lit.get((int(dm.slot[a]) - 1, j))
         if lit is not None and not isinstance(lit, int):
             m.add_bool_or([x[a].Not(), lit.Not()]).with_name(f"cross_type_a{a}_c{j}")
+    for name, plus, minus, rhs in dm.rule_rows():  # the runtime's rules between stages
+        m.add(sum(x[a] for a in plus) - sum(x[a] for a in minus) <= rhs).with_name(name)
     obj = ca * sum(tau) + cb * tmax + c * sigma
     m.minimize(obj)
     if math.isfinite(dm.cutoff):
         m.add(obj <= math.floor(c * dm.cutoff / res * (1 + 1e-12))).with_name("cutoff")
+    return out
 
-    # ---------------------------------------------------------------- warm start
-    if hint is not None:
-        on = set(hint)
-        for a in range(A):
-            m.add_hint(x[a], a in on)
-        vals = dm.values(hint)
-        for k in range(1, P + 1):
-            a = hint[P - k]
-            pk = PP[opt[a]][cls[hint[P - k + 1]]] if k >= 2 else 0
-            if k >= 2:
-                m.add_hint(p[k], pk)
-            m.add_hint(tau[k - 1], TM[a] + 2 * pk)
-        m.add_hint(
-            tmax,
-            max(
-                TM[hint[P - k]] + (2 * PP[opt[hint[P - k]]][cls[hint[P - k + 1]]] if k >= 2 else 0)
-                for k in range(1, P + 1)
-            ),
-        )
-        m.add_hint(sigma, max(SY[a] for a in hint))
-        log.debug("cpsat hint objective %.9g s", vals["objective"])
 
+def _symmetry(m: cp_model.CpModel, dm: DepthModel, arcs: _Arcs) -> int:
+    """``n[k+1] <= n[k]`` for adjacent middle slots running one option (see the depth model's doc)."""
+    count = 0
+    for k, i in dm.symmetry:
+        j = int(dm.sub.cls[i])
+        lit_prev = arcs.class_lit.get((k - 1, j))
+        if lit_prev is None or isinstance(lit_prev, int):
+            continue
+        here = [a for a in arcs.by_slot[k - 1] if arcs.opt[a] == i]
+        above = [a for a in arcs.by_slot[k] if arcs.opt[a] == i]
+        z = _indicator(m, arcs, here, f"z_k{k}_o{i}")
+        x = arcs.x
+        row = m.add(sum(int(dm.n[a]) * x[a] for a in above) <= sum(int(dm.n[a]) * x[a] for a in here))
+        row.with_name(f"sym_k{k}_o{i}").only_enforce_if([z, lit_prev] if not isinstance(z, int) else lit_prev)
+        count += 1
+    return count
+
+
+# ------------------------------------------------------------------------------------------ hint
+def _hint(m: cp_model.CpModel, dm: DepthModel, arcs: _Arcs, times: _Times, hint: list[int]) -> None:
+    """The warm start: the hinted arcs on, and the time variables at the values they imply."""
+    x, opt, cls, P = arcs.x, arcs.opt, arcs.cls, dm.P
+    TM, PP = times.stage, times.p2p
+    on = set(hint)
+    for a in range(len(x)):
+        m.add_hint(x[a], a in on)
+    vals = dm.values(hint)
+    for k in range(1, P + 1):
+        a = hint[P - k]
+        pk = PP[opt[a]][cls[hint[P - k + 1]]] if k >= 2 else 0
+        if k >= 2:
+            m.add_hint(times.p[k], pk)
+        m.add_hint(times.tau[k - 1], TM[a] + 2 * pk)
+    m.add_hint(
+        times.tau_max,
+        max(
+            TM[hint[P - k]] + (2 * PP[opt[hint[P - k]]][cls[hint[P - k + 1]]] if k >= 2 else 0) for k in range(1, P + 1)
+        ),
+    )
+    m.add_hint(times.sigma, max(times.sync[a] for a in hint))
+    log.debug("cpsat hint objective %.9g s", vals["objective"])
+
+
+# ------------------------------------------------------------------------------------------ configure
+def _configure(
+    time_limit: float | None, threads: int | None, relative_gap: float | None, log_search: bool, fix_hint: bool
+) -> cp_model.CpSolver:
     solver = cp_model.CpSolver()
     prm = solver.parameters
     if time_limit is not None:
@@ -279,18 +360,33 @@ def solve_model(
     if relative_gap:
         prm.relative_gap_limit = float(relative_gap)
     prm.log_search_progress = bool(log_search)
-    if fix_hint and hint is not None:  # tests: the hinted plan must be a solution of the model
+    if fix_hint:  # tests: the hinted plan must be a solution of the model
         prm.fix_variables_to_their_hinted_value = True
-    t_build = time.perf_counter() - t0
-    status = solver.solve(m)
+    return solver
+
+
+# ------------------------------------------------------------------------------------------ decode
+def _decode(
+    m: cp_model.CpModel,
+    solver: cp_model.CpSolver,
+    status: Any,
+    dm: DepthModel,
+    arcs: _Arcs,
+    times: _Times,
+    res: float,
+    t0: float,
+    t_build: float,
+) -> SubResult:
+    """Status, the chosen arcs as stages, and the proven bound back in seconds."""
     st = _STATUS.get(status)
     if st is None:
         raise SolverError(f"CP-SAT rejected the model ({solver.status_name(status)}): {m.validate()}")
+    c = times.scale
     stats: dict[str, Any] = {
         "variables": len(m.proto.variables),
         "constraints": len(m.proto.constraints),
-        "arcs": A,
-        "symmetry_cuts": n_sym,
+        "arcs": len(arcs.x),
+        "symmetry_cuts": times.symmetry_cuts,
         "build_s": t_build,
         "tolerance_s": tolerance_s(dm, res),
         "resolution_s": res,
@@ -300,7 +396,7 @@ def solve_model(
     assignment = None
     bound = 0.0
     if st in ("optimal", "feasible"):
-        chosen = [a for a in range(A) if solver.boolean_value(x[a])]
+        chosen = [a for a in range(len(arcs.x)) if solver.boolean_value(arcs.x[a])]
         assignment = dm.assignment(chosen)
         stats["model_objective_s"] = solver.objective_value * res / c
     if st in ("optimal", "feasible", "timeout"):

@@ -15,7 +15,7 @@ A sub-problem is one family group of one instance (megatron: one mesh and recomp
 one virtual-stage count and depth; hetero: one CP / EP-on setting). Megatron sub-problems are searched
 cheapest-bound first and skipped, unpriced, once their bound reaches the best plan; the first batch gives
 an incumbent within milliseconds. The label loop is vectorised (:mod:`hapmoe_milp.search.dp_levels`);
-the pure-Python original is kept in :mod:`hapmoe_milp.search.dp_reference` for tests.
+the pure-Python original is kept in ``tests/oracles/dp_reference.py`` as the tests' oracle.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,11 +35,14 @@ from hapmoe_milp.errors import InfeasibleError
 from hapmoe_milp.instance import Instance, Option, build_instances, groups
 from hapmoe_milp.plan import Plan, Stage
 from hapmoe_milp.search.dp_levels import Best, Chain, run_batch
-from hapmoe_milp.search.dp_tables import Clock, RowCache, SubProblem, build_batch, kind_order
+from hapmoe_milp.search.dp_tables import Clock, DPScope, RowCache, build_batch, kind_order
 from hapmoe_milp.search.solution import Progress, ProgressEvent, Solution
 from hapmoe_milp.space import PruneCounter, Pruning
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
+
+if TYPE_CHECKING:  # the runtime is read through the instance; only its type is named here
+    from hapmoe_milp.runtimes import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -81,25 +85,30 @@ class _Run:
     batches: int = 0
     last_report: float = -1.0
     phase: str = "build"  # "build" (queueing instances), "dp" (searching), "refine" (band-free pass)
+    reported: dict[str, int] = field(default_factory=dict)  # most units reported done per phase
 
     def out_of_time(self) -> bool:
         return self.clock.passed()
 
     def report(self, phase: str, done: int, total: int, force: bool = False) -> None:
         """A progress event: ``done`` of ``total`` units of the phase (instances queued, sub-problems
-        searched), at most every 0.2 s unless forced."""
+        searched), at most every 0.2 s unless forced. A phase's ``done`` never goes back, though its units
+        restart (the megatron queue's sub-problems, then the hetero batch): it is what a bar shows."""
         if self.progress is None or total < 1:
             return
         now = time.perf_counter()
         if not force and now - self.last_report < 0.2:
             return  # a few events per second at most
         self.last_report = now
-        self.progress(ProgressEvent(phase, done, total, self.best.value, now - self.t0, self.limit))
+        done = max(done, self.reported.get(phase, 0))
+        self.reported[phase] = done
+        event = ProgressEvent(phase, done, max(total, done), self.best.value, now - self.t0, self.limit)
+        self.progress(event)
 
 
 class _MegatronQueue:
     """Megatron sub-problems as arrays (instance, group, depth, lower bound), made into
-    :class:`SubProblem` s only when searched: with VPP a large cluster has hundreds of thousands.
+    :class:`DPScope` s only when searched: with VPP a large cluster has hundreds of thousands.
 
     A group is one mesh and recompute level with one option per device type. Its bound prices only the
     model's main layer kind, its time without recompute (recompute only adds time), its memory at the
@@ -248,9 +257,9 @@ class _MegatronQueue:
     def sorted_all(self) -> np.ndarray:
         return np.argsort(self.arrays()[3], kind="stable")
 
-    def sub(self, i: int, arrs: tuple[np.ndarray, ...]) -> SubProblem:
+    def sub(self, i: int, arrs: tuple[np.ndarray, ...]) -> DPScope:
         inst_i, grp, pp, lb = arrs[:4]
-        return SubProblem(self.insts[int(inst_i[i])], self.groups[int(grp[i])], int(pp[i]), float(lb[i]))
+        return DPScope(self.insts[int(inst_i[i])], self.groups[int(grp[i])], int(pp[i]), float(lb[i]))
 
 
 def _search_queue(
@@ -280,7 +289,7 @@ def _search_queue(
     return True
 
 
-def _run(subs: list[SubProblem], run: _Run, *, band: bool, clock: Clock) -> bool:
+def _run(subs: list[DPScope], run: _Run, *, band: bool, clock: Clock) -> bool:
     batch = build_batch(subs, run.cache, band=band, clock=clock)
     if batch is None:
         return False
@@ -299,51 +308,111 @@ def solve_dp(
     instances: Iterable[Instance] | None = None,
     name: str = "dp",
     progress: Progress | None = None,
+    cost_model: CostModel | None = None,
+    runtimes: Mapping[str, Runtime | None] | None = None,
 ) -> Solution:
     """Search every plan of the DP's space; anytime: ``time_limit`` covers the whole call, building included.
+
+    ``cost_model``: one already used by another search of this model and cluster (its priced layers are
+    reused; settings that differ only in optimizer offload share through :meth:`CostModel.for_settings`).
+    ``runtimes`` maps a family to the runtime whose rules its plans must meet (missing or None: the
+    what-if space of that family).
 
     The status says how far the answer is proven: ``optimal`` when the search completed and no rule that
     can cut the optimum fired (``stats["cut_by"]`` is empty), ``feasible`` when it completed but such a
     rule fired (``cut_by`` names them), ``timeout`` when the clock stopped it (the best plan so far).
     """
-    t0, c0 = time.perf_counter(), time.process_time()
-    clock = Clock(wall=t0 + time_limit if time_limit else None)
-    pr = pruning or Pruning()
-    kinds = kind_order(model.layer_kinds)
-    run = _Run(t0, clock, time_limit, progress, RowCache(kinds, tuple(cluster.inventory)))
-    total_dev = sum(cluster.inventory.values())
-    cm = CostModel(model, cluster, settings)
-    queue = _MegatronQueue(total_dev, tuple(cluster.inventory), cluster.inventory)
-    hetero_subs: list[SubProblem] = []
-    stopped = False
-    early: set[int] = set()
+    search = _DPSearch(model, cluster, settings, pruning, time_limit, progress, cost_model, instances is None, runtimes)
+    if instances is not None:
+        given = sorted(instances, key=lambda i: (i.family != "megatron", -i.samples_per_mb, i.vpp))
+        fams: list[tuple[Family, list[Instance] | None]] = [
+            (f, [i for i in given if i.family == f]) for f in ("megatron", "hetero")
+        ]
+    else:
+        fams = [(f, None) for f in families(family)]
+    complete = all(search.search_family(fam, insts) for fam, insts in fams)
+    refined = complete and search.refining and search.refine()
+    run = search.run
+    sol = _solution(name, run, search.pr, complete, refined, time.perf_counter() - run.t0)
+    n_done = max(1, run.n_inst)
+    run.report(run.phase, n_done, n_done, force=True)  # the last event carries the final best
+    return sol
 
-    def take(inst: Instance) -> bool:
+
+class _DPSearch:
+    """One DP solve: the families' instances are queued (megatron sub-problems in a bound-ordered queue,
+    hetero ones per group), searched, and -- on small clusters with the layer band on -- searched again
+    without the band (:meth:`refine`). Every step returns False when the clock stopped it."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        settings: Settings,
+        pruning: Pruning | None,
+        time_limit: float | None,
+        progress: Progress | None,
+        cost_model: CostModel | None,
+        own_instances: bool,
+        runtimes: Mapping[str, Runtime | None] | None = None,
+    ) -> None:
+        t0 = time.perf_counter()
+        self.c0 = time.process_time()
+        self.model, self.cluster, self.settings = model, cluster, settings
+        self.clock = Clock(wall=t0 + time_limit if time_limit else None)
+        self.pr = pr = pruning or Pruning()
+        kinds = kind_order(model.layer_kinds)
+        self.run = _Run(t0, self.clock, time_limit, progress, RowCache(kinds, tuple(cluster.inventory)))
+        self.cm = cost_model.for_settings(settings) if cost_model is not None else CostModel(model, cluster, settings)
+        self.queue = _MegatronQueue(sum(cluster.inventory.values()), tuple(cluster.inventory), cluster.inventory)
+        self.hetero: list[DPScope] = []
+        self.early: set[int] = set()  # queue entries already searched by :meth:`flush`
+        self.queued: list[int] = []  # micro-batch steps queued, in order
+        self.n_family = 0  # instances of the family being queued (for progress)
+        small = not (0 < pr.large_cluster < cluster.world_size)
+        self.refining = small and own_instances and pr.layer_band and pr.band_refine
+        self.megatron_free_done = False
+        self.runtimes = runtimes or {}
+
+    def family_instances(self, fam: Family) -> list[Instance] | None:
+        """The family's instances, largest micro-batch step first (fewest micro-batches, usually the
+        fastest plans), or None if the clock ran out while building them."""
+        mv = self.pr.max_vpp if fam == "megatron" else 1
+        out = []
+        rt = self.runtimes.get(fam)
+        for inst in build_instances(
+            self.model, self.cluster, self.settings, fam, self.pr, self.cm, max_vpp=mv, runtime=rt
+        ):
+            if self.run.out_of_time():
+                return None
+            out.append(inst)
+        out.sort(key=lambda i: (-i.samples_per_mb, i.vpp))
+        return out
+
+    def take(self, inst: Instance) -> bool:
         """Queue one instance's sub-problems (megatron: in the bound-ordered queue; hetero: one per group).
-        On a large cluster with no plan yet, each completed micro-batch step is searched early (``flush``).
-        False if the clock ran out."""
+        On a large cluster with no plan yet, each completed micro-batch step is searched early (:meth:`flush`)."""
+        run, queue = self.run, self.queue
         run.n_inst += 1
         if inst.vpp <= 1:
             for rule, n in inst.counter.counts.items():
                 run.counter.add(rule, n)
         if inst.family == "megatron":
-            step_done = bool(queued) and queued[-1] != inst.samples_per_mb
+            step_done = bool(self.queued) and self.queued[-1] != inst.samples_per_mb
             # queueing is cheap on small clusters; on large ones (past EARLY_AFTER sub-problems) it takes
             # a while, so without a plan each micro-batch step is searched as soon as it is queued
-            if step_done and sum(len(p[0]) for p in queue.parts) > EARLY_AFTER and not flush():
+            if step_done and sum(len(p[0]) for p in queue.parts) > EARLY_AFTER and not self.flush():
                 return False
             queue.add(inst)
-            queued.append(inst.samples_per_mb)
+            self.queued.append(inst.samples_per_mb)
         else:
-            hetero_subs.extend(SubProblem(inst, tuple(o)) for o in groups(inst).values())
-        run.report("build", run.n_inst, n_family[0])
+            self.hetero.extend(DPScope(inst, tuple(o)) for o in groups(inst).values())
+        run.report("build", run.n_inst, self.n_family)
         return True
 
-    queued: list[int] = []
-    n_family = [0]  # instances of the family being queued (for progress)
-
-    def flush() -> bool:
+    def flush(self) -> bool:
         """While there is no plan yet, search the most promising few sub-problems queued so far."""
+        run, queue, early = self.run, self.queue, self.early
         if run.best.chain is not None or not queue.parts:
             return True
         arrs = queue.arrays()
@@ -360,87 +429,62 @@ def solve_dp(
         first = np.unique(np.concatenate([by_lb, by_room]))
         first = first[np.argsort(arrs[3][first], kind="stable")]
         early.update(int(i) for i in first)
-        if not _search_queue(queue, first, run, band=True, clock=clock):
+        if not _search_queue(queue, first, run, band=True, clock=self.clock):
             return False
-        if run.best.chain is None and refining:
+        if run.best.chain is None and self.refining:
             # the band-free pass searches these anyway; their plan bounds the banded search
-            return _search_queue(queue, first, run, band=False, clock=clock)
+            return _search_queue(queue, first, run, band=False, clock=self.clock)
         return True
 
-    def family_instances(fam: Family) -> list[Instance] | None:
-        """The family's instances, largest micro-batch step first (fewest micro-batches, usually the
-        fastest plans), or None if the clock ran out while building them."""
-        mv = pr.max_vpp if fam == "megatron" else 1
-        out = []
-        for inst in build_instances(model, cluster, settings, fam, pr, cm, max_vpp=mv):
-            if run.out_of_time():
-                return None
-            out.append(inst)
-        out.sort(key=lambda i: (-i.samples_per_mb, i.vpp))
-        return out
-
-    small = not (0 < pr.large_cluster < cluster.world_size)
-    refining = small and instances is None and pr.layer_band and pr.band_refine
-    megatron_free_done = False
-    fams: list[tuple[Family, list[Instance] | None]]
-    if instances is not None:
-        given = sorted(instances, key=lambda i: (i.family != "megatron", -i.samples_per_mb, i.vpp))
-        fams = [(f, [i for i in given if i.family == f]) for f in ("megatron", "hetero")]
-    else:
-        fams = [(f, None) for f in families(family)]
-    for fam, insts in fams:
-        todo = insts if insts is not None else family_instances(fam)
+    def search_family(self, fam: Family, insts: list[Instance] | None) -> bool:
+        """Queue and search one family: every megatron sub-problem, cheapest bound first, until the bound
+        reaches the best plan; all hetero instances in one vectorised batch (each level extends every
+        instance's states)."""
+        run, queue, clock = self.run, self.queue, self.clock
+        todo = insts if insts is not None else self.family_instances(fam)
         if todo is None:
-            stopped = True
-            break
+            return False
         run.phase = "build"
-        n_family[0] = run.n_inst + len(todo)
+        self.n_family = run.n_inst + len(todo)
         for inst in todo:
-            if run.out_of_time() or not take(inst):
-                stopped = True
-                break
-        if stopped or not flush():
-            stopped = True
-            break
-        # every megatron sub-problem, cheapest bound first, until the bound reaches the best plan; then
-        # all hetero instances in one vectorised batch (each level extends every instance's states)
+            if run.out_of_time() or not self.take(inst):
+                return False
+        if not self.flush():
+            return False
         run.phase = "dp"
         if fam == "megatron" and queue.parts:
-            stopped = not _search_queue(queue, queue.sorted_all(), run, band=True, clock=clock, skip=early)
-            if not stopped and run.best.chain is None and refining:
+            if not _search_queue(queue, queue.sorted_all(), run, band=True, clock=clock, skip=self.early):
+                return False
+            if run.best.chain is None and self.refining:
                 # nothing inside the band: the band-free megatron pass (due in the refinement anyway) is
                 # cheap, and its plan bounds the hetero search, which without any bound searches it all
-                stopped = not _search_queue(queue, queue.sorted_all(), run, band=False, clock=clock)
-                megatron_free_done = not stopped
-        if fam == "hetero" and hetero_subs:
-            stopped = not _run(hetero_subs, run, band=True, clock=clock)
-            run.report("dp", len(hetero_subs), len(hetero_subs), force=True)
-        if stopped:
-            break
-    complete = not stopped
+                if not _search_queue(queue, queue.sorted_all(), run, band=False, clock=clock):
+                    return False
+                self.megatron_free_done = True
+        if fam == "hetero" and self.hetero:
+            ok = _run(self.hetero, run, band=True, clock=clock)
+            run.report("dp", len(self.hetero), len(self.hetero), force=True)
+            return ok
+        return True
 
-    refined = False
-    if complete and refining:
-        # The band is centred on estimated speeds and can cut the optimum when memory forces slower
-        # options than the estimate assumed (or cut every plan that fits). Re-search without it, bounded
-        # by the plan just found (which prunes most of the space) and by as much CPU time again as the
-        # first pass took (at least a second; CPU time, so that a loaded machine gets the same answer),
-        # within the time limit.
-        spent = time.process_time() - c0
-        refine = Clock(wall=clock.wall, cpu=time.process_time() + max(1.0, spent))
+    def refine(self) -> bool:
+        """The band is centred on estimated speeds and can cut the optimum when memory forces slower
+        options than the estimate assumed (or cut every plan that fits). Re-search without it, bounded
+        by the plan just found (which prunes most of the space) and by as much CPU time again as the
+        first pass took (at least a second; CPU time, so that a loaded machine gets the same answer),
+        within the time limit. False (and counted) when that budget ran out."""
+        run, queue = self.run, self.queue
+        spent = time.process_time() - self.c0
+        clock = Clock(wall=self.clock.wall, cpu=time.process_time() + max(1.0, spent))
         ok = True
         run.phase = "refine"
-        if queue.parts and not megatron_free_done:
-            ok = _search_queue(queue, queue.sorted_all(), run, band=False, clock=refine)
-        if ok and hetero_subs:
-            ok = _run(hetero_subs, run, band=False, clock=refine)
-        refined = ok
+        if queue.parts and not self.megatron_free_done:
+            ok = _search_queue(queue, queue.sorted_all(), run, band=False, clock=clock)
+        if ok and self.hetero:
+            ok = _run(self.hetero, run, band=False, clock=clock)
         if not ok:
             run.counter.add("refine_timeout")
-    sol = _solution(name, run, pr, complete, refined, time.perf_counter() - t0)
-    n_done = max(1, run.n_inst)
-    run.report(run.phase, n_done, n_done, force=True)  # the last event carries the final best
-    return sol
+        return ok
 
 
 def _solution(name: str, run: _Run, pr: Pruning, complete: bool, refined: bool, wall: float) -> Solution:

@@ -1,6 +1,6 @@
 """The vectorised label DP: one pass over pipeline depth, every state and label of a batch at once.
 
-Same algorithm as the reference (:mod:`hapmoe_milp.search.dp_reference`): stages are placed from the
+Same algorithm as the reference (``tests/oracles/dp_reference.py``, the tests' oracle): stages are placed from the
 last to the first; a state is (sub-problem, first layer of the placed suffix, devices used per type, type
 and size class of the stage placed last, device types seen); each state keeps the Pareto front of
 ``(sum tau, max tau, max sync)`` labels. What changes is the representation -- states and labels are
@@ -27,8 +27,8 @@ from hapmoe_milp.search.dp_tables import (
     Batch,
     Bounds,
     Clock,
+    DPScope,
     F,
-    SubProblem,
     W,
     aligned_vec,
     capacity_bound,
@@ -61,12 +61,12 @@ class Best:
 
     value: float = math.inf
     chain: Chain | None = None
-    sub: SubProblem | None = None
+    sub: DPScope | None = None
     second_value: float = math.inf
     second_chain: Chain | None = None
-    second_sub: SubProblem | None = None
+    second_sub: DPScope | None = None
 
-    def offer(self, value: float, chain: Chain, sub: SubProblem) -> None:
+    def offer(self, value: float, chain: Chain, sub: DPScope) -> None:
         if value < self.value:
             if self.chain is not None and not self.chain.same(chain):
                 self.second_value, self.second_chain, self.second_sub = self.value, self.chain, self.sub
@@ -244,7 +244,10 @@ class _Level:
     """The live states of one level and their labels (grouped by state, each state's by rising total).
 
     A state: group, first layer of the placed suffix (``e``), devices used per type, device type and
-    size key of the stage placed last (``nd``, ``ng``; -1/0 for none), device types seen (bit mask).
+    size key of the stage placed last (``nd``, ``ng``; -1/0 for none), device types seen (bit mask), and
+    for groups under a runtime's rules between stages (:class:`~hapmoe_milp.space.StageRules`; else 0):
+    the mesh of the stage placed last and how many stages its run holds so far (capped at the rule's
+    minimum), and the last pipeline stage's TP and DP (which the first stage must match).
     A label: ``(tot, tmx, smx)`` and the id of its last stage in the history.
     """
 
@@ -254,6 +257,10 @@ class _Level:
     nd: np.ndarray
     ng: np.ndarray
     seen: np.ndarray
+    mesh: np.ndarray
+    run: np.ndarray
+    etp: np.ndarray
+    edp: np.ndarray
     st: np.ndarray
     tot: np.ndarray
     tmx: np.ndarray
@@ -263,8 +270,8 @@ class _Level:
     @classmethod
     def roots(cls, G: int, n: int, T: int) -> _Level:
         z = np.zeros(G, dtype=np.int64)
-        return cls(np.arange(G), np.full(G, n), np.zeros((G, T), dtype=np.int64), z - 1, z, z, np.arange(G),
-                   np.zeros(G), np.zeros(G), np.zeros(G), z - 1)  # fmt: skip
+        return cls(np.arange(G), np.full(G, n), np.zeros((G, T), dtype=np.int64), z - 1, z, z, z - 1, z, z, z,
+                   np.arange(G), np.zeros(G), np.zeros(G), np.zeros(G), z - 1)  # fmt: skip
 
     def keep_labels(self, keep: np.ndarray) -> _Level:
         """The level with only the labels in ``keep`` (states left without labels are dropped)."""
@@ -272,7 +279,8 @@ class _Level:
         alive[self.st[keep]] = True
         remap = np.cumsum(alive) - 1
         return _Level(self.grp[alive], self.e[alive], self.used[alive], self.nd[alive], self.ng[alive],
-                      self.seen[alive], remap[self.st[keep]], self.tot[keep], self.tmx[keep], self.smx[keep],
+                      self.seen[alive], self.mesh[alive], self.run[alive], self.etp[alive], self.edp[alive],
+                      remap[self.st[keep]], self.tot[keep], self.tmx[keep], self.smx[keep],
                       self.hist[keep])  # fmt: skip
 
     def label_runs(self) -> tuple[np.ndarray, np.ndarray]:
@@ -492,6 +500,9 @@ def _pairs(
         cross = has & (nd != typ) & (2 * p2p > pr.eta * cands.tau[c])
         cnt.cross_type_comm += int(cross.sum())
         ok &= ~cross
+    rules = _stage_rules_ok(batch, lv, S, row, grp, s)
+    if rules is not None:
+        ok &= rules
     used2 = lv.used[S].copy()
     used2[np.arange(len(S)), typ] += gsz
     rest_sum, rest_max = np.zeros(len(S)), np.zeros(len(S))
@@ -513,6 +524,31 @@ def _pairs(
     out = {"S": S, "row": row, "grp": grp, "s": s, "typ": typ, "gsz": gsz, "tau": tau, "sync": sync}
     out |= {"used2": used2, "rest_sum": rest_sum, "rest_max": rest_max}
     return {n: a[keep] for n, a in out.items()}
+
+
+def _stage_rules_ok(
+    batch: Batch, lv: _Level, S: np.ndarray, row: np.ndarray, grp: np.ndarray, s: np.ndarray
+) -> np.ndarray | None:
+    """Which (state, stage) pairs keep the runtime's rules between stages (None: no group has any).
+
+    Stages are placed last to first, so a stage of another mesh than the one placed before it closes
+    that mesh's run, which is not the first mesh (this stage precedes it) and must hold ``mesh_min``
+    stages. A stage that starts at layer 0 is the first: its TP and DP must suit the last stage's."""
+    mm = batch.mesh_min[grp]
+    et, ed = batch.edge_tp[grp], batch.edge_dp[grp]
+    if not ((mm > 1).any() or et.any() or ed.any()):
+        return None
+    prev = lv.mesh[S]
+    closes = (prev >= 0) & (batch.mesh[row] != prev)
+    ok = ~((mm > 1) & closes & (lv.run[S] < mm))
+    first = s == 0
+    root = lv.nd[S] < 0  # a one-stage plan: this stage is the last one too
+    last_tp = np.where(root, batch.tp[row], lv.etp[S])
+    last_dp = np.where(root, batch.dp[row], lv.edp[S])
+    ok &= ~(first & et & (batch.tp[row] != last_tp))
+    ldp = np.maximum(last_dp, 1)
+    ok &= ~(first & ed & (batch.dp[row] % ldp != 0) & (ldp % np.maximum(batch.dp[row], 1) != 0))
+    return ok
 
 
 def _rest(
@@ -601,8 +637,11 @@ def _extend(
     # the state each pair leads to
     gkey = np.where(batch.uniform[grp], gsz, np.where(batch.small[row], 1, node[typ]))
     seen2 = lv.seen[S] | (1 << typ)
-    cols = [grp, s, *[used2[:, t] for t in range(T)], typ, gkey, seen2]
+    mesh2, run2, etp2, edp2 = _rule_columns(batch, lv, S, row, grp)
+    cols = [grp, s, *[used2[:, t] for t in range(T)], typ, gkey, seen2, mesh2 + 1, run2, etp2, edp2]
     radix = [G, N + 1, *[int(inv[t]) + 1 for t in range(T)], T, int(max(batch.g.max(), node.max())) + 1, 1 << T]
+    radix += [int(batch.mesh.max()) + 2, int(batch.mesh_min.max()) + 1, int(batch.tp.max()) + 1]
+    radix += [int(batch.dp.max()) + 1]
     key = _pack(cols, radix)
     if key is None:
         key = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].astype(np.int64).ravel()
@@ -623,6 +662,7 @@ def _extend(
     used2, rest_sum, rest_max, gkey, seen2, key = (
         used2[keep], rest_sum[keep], rest_max[keep], gkey[keep], seen2[keep], key[keep]
     )  # fmt: skip
+    mesh2, run2, etp2, edp2 = mesh2[keep], run2[keep], etp2[keep], edp2[keep]
     nl = l_cnt[S]
     bounds = np.r_[0, np.cumsum(nl)]
     acc: list[tuple[np.ndarray, ...]] = []
@@ -661,7 +701,24 @@ def _extend(
     hid = hist.add(row[npair], s[npair], lv.e[S[npair]], npar)
     head = np.r_[True, nk[1:] != nk[:-1]]
     fp = npair[np.flatnonzero(head)]
-    return _Level(grp[fp], s[fp], used2[fp], typ[fp], gkey[fp], seen2[fp], np.cumsum(head) - 1, ntot, ntmx, nsmx, hid)
+    return _Level(grp[fp], s[fp], used2[fp], typ[fp], gkey[fp], seen2[fp], mesh2[fp], run2[fp], etp2[fp], edp2[fp],
+                  np.cumsum(head) - 1, ntot, ntmx, nsmx, hid)  # fmt: skip
+
+
+def _rule_columns(
+    batch: Batch, lv: _Level, S: np.ndarray, row: np.ndarray, grp: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The next state's rule columns (mesh, run length, last stage's TP and DP); zeros for groups
+    without the rule, so their states do not split."""
+    mm = batch.mesh_min[grp]
+    same = batch.mesh[row] == lv.mesh[S]
+    mesh2 = np.where(mm > 1, batch.mesh[row], -1)
+    run2 = np.where(mm > 1, np.where(same, np.minimum(lv.run[S] + 1, mm), 1), 0)
+    root = lv.nd[S] < 0
+    et, ed = batch.edge_tp[grp], batch.edge_dp[grp]
+    etp2 = np.where(et, np.where(root, batch.tp[row], lv.etp[S]), 0)
+    edp2 = np.where(ed, np.where(root, batch.dp[row], lv.edp[S]), 0)
+    return mesh2, run2, etp2, edp2
 
 
 def _pair_front(S: np.ndarray, key: np.ndarray, tau: np.ndarray, sync: np.ndarray) -> np.ndarray:

@@ -12,15 +12,17 @@ import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from hapmoe_milp.config import RECOMPUTE_LEVELS
 from hapmoe_milp.instance import ATTRS, Instance, Option, aligned
 
 # columns of the per-kind coefficient block (ATTRS order) and of the edge block (ATTRS + work)
 F, B, W, A, RS, AG, OP, WORK = range(8)
 N_ATTR = len(ATTRS)
-LEVEL = {"none": 0, "selective": 1, "full": 2}
+LEVEL = {lv: i for i, lv in enumerate(RECOMPUTE_LEVELS)}  # the recompute ladder, cheapest first
 SHAPE_STRIDE = 1 << 24  # shape ids of different groups never collide
 
 
@@ -39,7 +41,7 @@ class Clock:
 
 
 @dataclass(frozen=True)
-class SubProblem:
+class DPScope:
     """The scope of one DP run: an instance, the options that may share a plan (one family group, see
     :func:`hapmoe_milp.instance.group_key`), and for an interleaved instance the fixed pipeline depth.
 
@@ -84,7 +86,7 @@ class RowCache:
 class Batch:
     """Options (rows) of several sub-problems (groups) stacked into arrays, plus per-group bounds."""
 
-    subs: list[SubProblem]
+    subs: list[DPScope]
     types: tuple[str, ...]
     inv: np.ndarray  # (T,)
     node: np.ndarray  # (T,)
@@ -124,6 +126,12 @@ class Batch:
     uniform: np.ndarray
     gmax: np.ndarray
     lo_stage: np.ndarray  # (G, 3) fewest layers of a middle, last and first stage (Instance.stage_min_layers)
+    # the runtime's rules between stages (Instance.stage_rules): per group, and the row values they read
+    edge_tp: np.ndarray  # (G,) first and last stage one TP
+    edge_dp: np.ndarray  # (G,) first and last stage DPs divide one another
+    mesh_min: np.ndarray  # (G,) stages every mesh after the first holds (1: no rule)
+    tp: np.ndarray  # (rows,) TP of the row's config
+    mesh: np.ndarray  # (rows,) mesh identity (device type and config) of the row
     infl: np.ndarray  # (G, Kmax+1) in-flight multiplier of the k-th stage from the end
     kind_ix: np.ndarray  # (N,) kind index of every layer
     present: np.ndarray  # kind indices that occur
@@ -324,9 +332,7 @@ def kind_order(kinds_seq: Sequence[str]) -> tuple[str, ...]:
     return tuple(sorted(set(kinds_seq)))
 
 
-def build_batch(
-    subs: list[SubProblem], cache: RowCache, *, band: bool = True, clock: Clock | None = None
-) -> Batch | None:
+def build_batch(subs: list[DPScope], cache: RowCache, *, band: bool = True, clock: Clock | None = None) -> Batch | None:
     """Stack the options of ``subs`` (each sub-problem is one group of rows) into arrays.
 
     ``cache`` keeps each option's row (its coefficients, priced on first use). With ``band=False`` every
@@ -339,13 +345,47 @@ def build_batch(
     kinds = kind_order(kinds_seq)
     types = tuple(cluster.inventory)
     n = len(kinds_seq)
-    K = len(kinds)
-    kc = np.zeros((K, n + 1), dtype=np.int64)
+    kc = np.zeros((len(kinds), n + 1), dtype=np.int64)
     for j, k in enumerate(kinds):
         kc[j, 1:] = np.cumsum([1 if x == k else 0 for x in kinds_seq])
     inv = np.array([cluster.inventory[t] for t in types], dtype=np.int64)
     node = np.array([cluster.node_size(t) for t in types], dtype=np.int64)
+    rows = _rows(subs, cache, band, n, len(kinds), clock)
+    if rows is None:
+        return None
+    # layer kinds present decide the least per-layer time of a row
+    present = [kinds.index(k) for k in set(kinds_seq)]
+    coef, g, typ = rows["coef"], rows["g"], rows["typ"]
+    tmin = (coef[:, :, F] + coef[:, :, B])[:, present].min(axis=1)
+    tg_keys, tg = np.unique(typ * (int(g.max()) + 1) + g, return_inverse=True)
+    tg_t, tg_g = np.divmod(tg_keys, int(g.max()) + 1)
+    groups = _group_arrays(subs, g, rows["grp_lo"], rows["grp_hi"], n, int(inv.sum()))
+    batch = Batch(
+        subs=subs,
+        types=types,
+        inv=inv,
+        node=node,
+        kind_count=kc,
+        n_layers=n,
+        **rows,
+        small=g < node[typ],
+        tmin=tmin,
+        tg=tg.astype(np.int64),
+        tg_t=tg_t.astype(np.int64),
+        tg_g=tg_g.astype(np.int64),
+        **groups,
+        kind_ix=np.array([kinds.index(k) for k in kinds_seq], dtype=np.int64),
+        present=np.array(present, dtype=np.int64),
+    )
+    batch.p2p = np.full((len(batch.row_opt), len(types), 2), np.nan)
+    return batch
 
+
+def _rows(
+    subs: list[DPScope], cache: RowCache, band: bool, n: int, K: int, clock: Clock | None
+) -> dict[str, Any] | None:
+    """The rows of every sub-problem's options (coefficients, edges, capacity, type, size, DP degree,
+    recompute level, shape id, layer band), groups one after another; None if the clock ran out."""
     row_opt: list[Option] = []
     grp_sizes = []
     for sub in subs:
@@ -358,15 +398,11 @@ def build_batch(
         rows.append(cache.row(o))
     mat = np.stack(rows)
     c0 = K * N_ATTR
-    coef = mat[:, :c0].reshape(len(row_opt), K, N_ATTR)
-    first = mat[:, c0 : c0 + N_ATTR + 1]
-    last = mat[:, c0 + N_ATTR + 1 : c0 + 2 * (N_ATTR + 1)]
     rest = mat[:, c0 + 2 * (N_ATTR + 1) :]
-    fixed, cap = rest[:, 0], rest[:, 1]
     typ, g, dp, level, shape0, lo, hi = (rest[:, i].astype(np.int64) for i in range(2, 9))
-    row_grp0 = np.repeat(np.arange(len(subs)), grp_sizes)
+    row_grp = np.repeat(np.arange(len(subs)), grp_sizes)
     # shape ids must be unique across groups: offset them
-    shape = shape0 + row_grp0 * SHAPE_STRIDE
+    shape = shape0 + row_grp * SHAPE_STRIDE
     if not band:
         lo = np.ones_like(lo)
         hi = np.full_like(hi, n)
@@ -379,44 +415,69 @@ def build_batch(
         lo_s, hi_s = lo.copy(), hi.copy()
         lo[order], hi[order] = lo_s[owner], hi_s[owner]
     grp_hi = np.cumsum(grp_sizes)
-    grp_lo = grp_hi - np.array(grp_sizes)
-    row_grp = np.repeat(np.arange(len(subs)), grp_sizes)
-    # layer kinds present decide the least per-layer time of a row
-    present = [kinds.index(k) for k in set(kinds_seq)]
-    tb = coef[:, :, F] + coef[:, :, B]
-    tmin = tb[:, present].min(axis=1)
-    tg_keys, tg = np.unique(typ * (int(g.max()) + 1) + g, return_inverse=True)
-    tg_t, tg_g = np.divmod(tg_keys, int(g.max()) + 1)
+    return {
+        "row_grp": row_grp,
+        "row_opt": row_opt,
+        "coef": mat[:, :c0].reshape(len(row_opt), K, N_ATTR),
+        "first": mat[:, c0 : c0 + N_ATTR + 1],
+        "last": mat[:, c0 + N_ATTR + 1 : c0 + 2 * (N_ATTR + 1)],
+        "fixed": rest[:, 0],
+        "cap": rest[:, 1],
+        "typ": typ,
+        "g": g,
+        "dp": dp,
+        "level": level,
+        "shape": shape,
+        "lo": lo,
+        "hi": hi,
+        "grp_lo": grp_hi - np.array(grp_sizes),
+        "grp_hi": grp_hi,
+        "tp": np.array([o.cfg.tp for o in row_opt], dtype=np.int64),
+        "mesh": shape0,  # mesh identity (device type and config) across groups, for the runtime's stage rules
+    }
 
+
+def _group_arrays(
+    subs: list[DPScope], g: np.ndarray, grp_lo: np.ndarray, grp_hi: np.ndarray, n: int, total_inv: int
+) -> dict[str, np.ndarray]:
+    """Per sub-problem (group): pipeline coefficients, schedule, depth caps, the family's rules, the
+    stage minima and the in-flight multiplier of every position from the end."""
     G = len(subs)
-    alpha = np.zeros(G)
-    beta = np.zeros(G)
-    vpp = np.ones(G, dtype=np.int64)
-    ppf = np.zeros(G, dtype=np.int64)
-    kmax = np.zeros(G, dtype=np.int64)
-    capped = np.zeros(G, dtype=bool)
-    first_dp = np.zeros(G, dtype=np.int64)
-    contiguous = np.zeros(G, dtype=bool)
-    uniform = np.zeros(G, dtype=bool)
-    gmax = np.zeros(G, dtype=np.int64)
-    lo_stage = np.ones((G, 3), dtype=np.int64)
-    total_inv = int(inv.sum())
+    out = {
+        "alpha": np.zeros(G),
+        "beta": np.zeros(G),
+        "vpp": np.ones(G, dtype=np.int64),
+        "pp": np.zeros(G, dtype=np.int64),
+        "kmax": np.zeros(G, dtype=np.int64),
+        "capped": np.zeros(G, dtype=bool),
+        "first_dp": np.zeros(G, dtype=np.int64),
+        "contiguous": np.zeros(G, dtype=bool),
+        "uniform": np.zeros(G, dtype=bool),
+        "gmax": np.zeros(G, dtype=np.int64),
+        "lo_stage": np.ones((G, 3), dtype=np.int64),
+        "edge_tp": np.zeros(G, dtype=bool),
+        "edge_dp": np.zeros(G, dtype=bool),
+        "mesh_min": np.ones(G, dtype=np.int64),
+    }
     for i, sub in enumerate(subs):
         inst = sub.inst
         pr = inst.pruning
-        alpha[i], beta[i] = inst.coefficients
-        vpp[i] = inst.vpp
-        ppf[i] = sub.pp
-        rows = slice(grp_lo[i], grp_hi[i])
-        gmax[i] = int(g[rows].max())
+        out["alpha"][i], out["beta"][i] = inst.coefficients
+        out["vpp"][i] = inst.vpp
+        out["pp"][i] = sub.pp
+        out["gmax"][i] = int(g[grp_lo[i] : grp_hi[i]].max())
         km = n if pr.max_stages <= 0 else min(n, pr.max_stages)
         km = min(km, total_inv)
-        kmax[i] = sub.pp if sub.pp else km
-        capped[i] = not sub.pp and pr.max_stages > 0 and pr.max_stages < min(n, total_inv)
-        first_dp[i] = inst.first_dp
-        contiguous[i] = inst.family == "hetero"
-        uniform[i] = pr.uniform_stage_size or (bool(contiguous[i]) and 0 < pr.large_cluster < total_inv)
-        lo_stage[i] = inst.stage_min_layers
+        out["kmax"][i] = sub.pp if sub.pp else km
+        out["capped"][i] = not sub.pp and pr.max_stages > 0 and pr.max_stages < min(n, total_inv)
+        out["first_dp"][i] = inst.first_dp
+        out["contiguous"][i] = inst.family == "hetero" or inst.stage_rules.types_grouped
+        out["uniform"][i] = pr.uniform_stage_size or (bool(out["contiguous"][i]) and 0 < pr.large_cluster < total_inv)
+        out["lo_stage"][i] = inst.stage_min_layers
+        rules = inst.stage_rules
+        out["edge_tp"][i], out["edge_dp"][i] = rules.edge_tp, rules.edge_dp
+        out["mesh_min"][i] = rules.mesh_min_stages
+    kmax = out["kmax"]
     kk = int(kmax.max())
     infl = np.zeros((G, kk + 1))
     cache: dict[tuple, np.ndarray] = {}
@@ -429,53 +490,8 @@ def build_batch(
                 row[k] = sub.inst.in_flight(k, sub.pp or None)
             cache[key] = row
         infl[i] = row
-
-    kind_ix = np.array([kinds.index(k) for k in kinds_seq], dtype=np.int64)
-    batch = Batch(
-        subs=subs,
-        types=types,
-        inv=inv,
-        node=node,
-        kind_count=kc,
-        n_layers=n,
-        row_grp=row_grp,
-        row_opt=row_opt,
-        coef=coef,
-        first=first,
-        last=last,
-        fixed=fixed,
-        cap=cap,
-        typ=typ,
-        g=g,
-        small=g < node[typ],
-        dp=dp,
-        level=level,
-        shape=shape,
-        lo=lo,
-        hi=hi,
-        tmin=tmin,
-        tg=tg.astype(np.int64),
-        tg_t=tg_t.astype(np.int64),
-        tg_g=tg_g.astype(np.int64),
-        grp_lo=grp_lo,
-        grp_hi=grp_hi,
-        alpha=alpha,
-        beta=beta,
-        vpp=vpp,
-        pp=ppf,
-        kmax=kmax,
-        capped=capped,
-        first_dp=first_dp,
-        contiguous=contiguous,
-        uniform=uniform,
-        gmax=gmax,
-        lo_stage=lo_stage,
-        infl=infl,
-        kind_ix=kind_ix,
-        present=np.array(present, dtype=np.int64),
-    )
-    batch.p2p = np.full((len(row_opt), len(types), 2), np.nan)
-    return batch
+    out["infl"] = infl
+    return out
 
 
 def aligned_vec(start: np.ndarray, g: np.ndarray, node: np.ndarray) -> np.ndarray:
@@ -484,4 +500,4 @@ def aligned_vec(start: np.ndarray, g: np.ndarray, node: np.ndarray) -> np.ndarra
     return np.where(g <= node, inside, start % node == 0)
 
 
-__all__ = ["Batch", "Clock", "RowCache", "SubProblem", "aligned", "aligned_vec", "build_batch", "capacity_bound"]
+__all__ = ["Batch", "Clock", "DPScope", "RowCache", "aligned", "aligned_vec", "build_batch", "capacity_bound"]

@@ -27,6 +27,12 @@ as the incumbent improves, and a model the backend finds infeasible is proven no
 cutoff. With a time limit each backend run gets a time slice that doubles when the node comes back,
 so the node holding the global bound down is the one that gets the time. The global bound is the
 minimum over open nodes (and the incumbent), a valid lower bound whatever the time limit.
+
+At scale (more than :data:`SCALE_DEVICES` devices). A split sub-problem's depths start from their block
+bounds (:mod:`hapmoe_milp.search.block_bounds`) under the incumbent, and those that reach it are closed
+without a model; ``auto`` proves the megatron family with the unpruned DP first (its tens of thousands of
+one-mesh sub-problems are what the DP is fast at), so the backend only has to show that no hetero plan
+beats the best plan found, and the certificate says which method bounded which family.
 """
 
 from __future__ import annotations
@@ -35,17 +41,20 @@ import heapq
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hapmoe_milp.config import Settings
+from hapmoe_milp.cost.model import CostModel
+from hapmoe_milp.deadline import Deadline, TimeLimitReached
 from hapmoe_milp.instance import Instance, build_instances, group_keys
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.search import backends
+from hapmoe_milp.search.block_bounds import BlockBounds
+from hapmoe_milp.search.depth_model import DepthModel
 from hapmoe_milp.search.formulation import (
     Assignment,
-    DepthModel,
     SubProblem,
     SubResult,
     assignment_of,
@@ -57,6 +66,9 @@ from hapmoe_milp.search.solution import Progress, ProgressEvent, Solution
 from hapmoe_milp.space import PruneCounter, Pruning
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
+
+if TYPE_CHECKING:  # the runtime is read through the instance; only its type is named here
+    from hapmoe_milp.runtimes import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +83,12 @@ FIRST_SLICE = 0.25
 COLD_SLICE = 0.03
 MIN_SLICE_S = 0.5
 PROGRESS_EVERY_S = 0.2
+#: Clusters with more devices than this are "at scale": plain hetero sub-problems get the block bounds
+#: (:mod:`hapmoe_milp.search.block_bounds`) before any depth model is built, and ``auto`` proves the
+#: megatron family with the unpruned DP (tens of thousands of tiny sub-problems, which it searches in a
+#: few seconds) and hands only the hetero family to the exact backend. Below it (HAPMoE's Table 1) the
+#: depth models alone prove the optimum in seconds.
+SCALE_DEVICES = 64
 
 
 @dataclass(eq=False)
@@ -90,8 +108,12 @@ class _Node:
 class _Search:
     """State of one exact solve: nodes, incumbent, counters."""
 
-    def __init__(self, solver: str, mod: Any, deadline: float | None, progress: Progress | None) -> None:
+    def __init__(
+        self, solver: str, mod: backends.Backend, deadline: float | None, progress: Progress | None, block: bool = False
+    ) -> None:
         self.solver = solver
+        self.block = block
+        self.block_s = 0.0
         self.mod = mod
         self.deadline = deadline
         self.progress = progress
@@ -102,7 +124,15 @@ class _Search:
         self.nodes: list[_Node] = []
         self.seq = 0
         self.counts = dict.fromkeys(
-            ("closed_by_root_bound", "closed_by_reductions", "closed_by_solver", "solver_calls", "depth_models"), 0
+            (
+                "closed_by_root_bound",
+                "closed_by_block_bounds",
+                "closed_by_reductions",
+                "closed_by_solver",
+                "solver_calls",
+                "depth_models",
+            ),
+            0,
         )
         self.unmodelled: list[_Node] = []
         self.relaxed: list[_Node] = []  # relaxed depth models solved to optimality: bounds, not closed
@@ -174,11 +204,7 @@ class _Search:
                     self.counts["closed_by_root_bound"] += 1
                 continue
             if node.P is None:  # split the sub-problem by depth
-                node.closed = True
-                node.how = "split"
-                for P in node.sub.depths:
-                    hint = node.hint if node.hint is not None and len(node.hint) == P else None
-                    self.push(_Node(node.sub, P, node.bound, hint=hint))
+                self.split(node)
                 continue
             if node.model is None or node.model.cutoff > self.best_val:
                 dm = DepthModel(node.sub, node.P, self.best_val)
@@ -199,6 +225,27 @@ class _Search:
                     continue
             self.solve_node(node, solve_kw)
             self.emit()
+
+    def split(self, node: _Node) -> None:
+        """Replace a sub-problem node by one node per depth; at scale each depth starts from its block
+        bound under the incumbent, and a depth whose block bound reaches it is closed without a model."""
+        node.closed = True
+        node.how = "split"
+        lbs: dict[int, float] = {}
+        if self.block and BlockBounds.applicable(node.sub) and self.left() > MIN_SLICE_S:
+            t0 = time.perf_counter()
+            lbs = BlockBounds(node.sub).depth_bounds(self.best_val, self.deadline)
+            self.block_s += time.perf_counter() - t0
+        for P in node.sub.depths:
+            hint = node.hint if node.hint is not None and len(node.hint) == P else None
+            child = _Node(node.sub, P, max(node.bound, lbs.get(P, node.bound)), hint=hint)
+            if P in lbs and child.bound >= self.best_val:
+                child.registered = True
+                self.nodes.append(child)
+                self.close(child, "block bounds")
+                self.counts["closed_by_block_bounds"] += 1
+                continue
+            self.push(child)
 
     def solve_node(self, node: _Node, solve_kw: dict[str, Any]) -> None:
         dm = node.model
@@ -259,6 +306,8 @@ def solve(
     instances: Iterable[Instance] | None = None,
     split: str | None = None,
     progress: Progress | None = None,
+    cost_model: CostModel | None = None,
+    runtimes: Mapping[str, Runtime | None] | None = None,
     **options: Any,
 ) -> Solution:
     """Solve every instance x group x depth exactly and keep the best plan, with a proven bound.
@@ -271,7 +320,9 @@ def solve(
     :data:`EXACT_PRUNING` for the exact solvers; its ``max_vpp`` bounds their interleaved instances as it
     bounds the DP's. ``backend`` selects the MILP solver (``highs`` default, ``cbc``) for
     ``solver='milp'``. ``split`` is ``'group'`` (default) or ``'instance'``. ``progress`` is called per
-    depth model (at most every 0.2 s). Extra ``options`` go to the backend (e.g. ``resolution_s``).
+    depth model (at most every 0.2 s). ``cost_model``: shared with other searches of this model and
+    cluster (``auto``'s runs share one). ``runtimes`` maps a family to the runtime whose rules its plans
+    must meet (as for the DP). Extra ``options`` go to the backend (e.g. ``resolution_s``).
     """
     if solver == "auto":
         return _solve_auto(
@@ -286,6 +337,8 @@ def solve(
             backend=backend,
             split=split,
             progress=progress,
+            cost_model=cost_model,
+            runtimes=runtimes,
             **options,
         )
     return _solve_exact(
@@ -303,6 +356,8 @@ def solve(
         instances=instances,
         split=split,
         progress=progress,
+        cost_model=cost_model,
+        runtimes=runtimes,
         **options,
     )
 
@@ -323,33 +378,94 @@ def _solve_exact(
     instances: Iterable[Instance] | None,
     split: str | None,
     progress: Progress | None,
+    upper_bound: float = math.inf,
+    block_bounds: bool | None = None,
+    cost_model: CostModel | None = None,
+    runtimes: Mapping[str, Runtime | None] | None = None,
     **options: Any,
 ) -> Solution:
-    mod = backends.get(solver)
+    """The best-first search of the module doc. ``upper_bound``: a plan value known from elsewhere (e.g.
+    another family's proven optimum) that this search only has to beat; with nothing below it the result
+    is "infeasible" with that value as its bound. ``block_bounds``: bound plain hetero sub-problems by
+    :class:`BlockBounds` before their depth models (None: on clusters above :data:`SCALE_DEVICES`)."""
     t0 = time.perf_counter()
+    mod = backends.get(solver)  # the first use imports the solver library: inside the time limit
     deadline = t0 + time_limit if time_limit else None
     pr = pruning or EXACT_PRUNING
     fams = _families(family)
-    insts = (
-        list(instances)
-        if instances is not None
-        else [
-            i
-            for fam in fams
-            for i in build_instances(model, cluster, settings, fam, pr, max_vpp=pr.max_vpp)  # type: ignore[arg-type]
-        ]
-    )
+    cm = cost_model.for_settings(settings) if cost_model is not None else CostModel(model, cluster, settings)
     counter = PruneCounter()
-    search = _Search(solver, mod, deadline, progress)
-    subs: list[SubProblem] = []
-    shared: dict[tuple, SubProblem] = {}  # interleaved copies share their base instance's sub-problem data
-    for inst in insts:
-        for rule, cnt in inst.counter.counts.items():
-            counter.add(rule, cnt)
-        keys = group_keys(inst)
-        parts = [[k] for k in keys] if (split or "group") == "group" else [keys]
-        subs.extend(subproblems(inst, parts, shared))
-    hint_plan = hint.plan if isinstance(hint, Solution) else hint
+    block = cluster.world_size > SCALE_DEVICES if block_bounds is None else bool(block_bounds)
+    search = _Search(solver, mod, deadline, progress, block)
+    search.best_val = upper_bound
+    # building the sub-problems counts against the time limit too (minutes on 2,048 devices otherwise)
+    clock = Deadline.after(time_limit, t0)
+    try:
+        insts = (
+            list(instances)
+            if instances is not None
+            else [
+                i
+                for fam in fams
+                for i in clock.each(
+                    build_instances(
+                        model,
+                        cluster,
+                        settings,
+                        fam,  # type: ignore[arg-type]
+                        pr,
+                        cm,
+                        max_vpp=pr.max_vpp,
+                        runtime=(runtimes or {}).get(fam),
+                    ),
+                    "building the instances",
+                )
+            ]
+        )
+        subs: list[SubProblem] = []
+        shared: dict[tuple, SubProblem] = {}  # interleaved copies share their base instance's sub-problem data
+        for inst in insts:
+            for rule, cnt in inst.counter.counts.items():
+                counter.add(rule, cnt)
+            keys = group_keys(inst)
+            parts = [[k] for k in keys] if (split or "group") == "group" else [keys]
+            subs.extend(subproblems(inst, parts, shared, deadline=clock))
+    except TimeLimitReached as exc:
+        wall = time.perf_counter() - t0
+        stats = {"pruning": pr.to_dict(), "max_vpp": pr.max_vpp, "stopped_while": exc.what}
+        return Solution(
+            solver, "timeout", None, math.inf, math.nan, wall, counter.counts, stats=stats, message=str(exc)
+        )
+    warm = _push_roots(search, subs, hint.plan if isinstance(hint, Solution) else hint)
+    solve_kw = {"threads": threads, "relative_gap": relative_gap, "backend": backend, **options}
+    search.run(solve_kw)
+    search.emit(force=True)
+    stats: dict[str, Any] = {
+        "instances": len(insts),
+        "subproblems": len(subs),
+        **search.counts,
+        "unmodelled": len(search.unmodelled),
+        "relaxed_open": len(search.relaxed),
+        "max_arcs": search.max_arcs,
+        "pruning": pr.to_dict(),
+        "max_vpp": pr.max_vpp,  # the space searched: plain and interleaved plans up to this many chunks
+        "warm_start": warm,
+        **mod.describe_scaling(options),
+    }
+    if block:
+        stats["block_bounds_s"] = search.block_s
+    msgs = (
+        f"{solver}: no plan of this space beats {upper_bound:.6g} s",
+        f"{solver} found no plan within the time limit ({time_limit} s)",
+    )
+    return _result(
+        search, stats, counter, upper_bound, time.perf_counter() - t0, msgs, (model, cluster, settings, fams, clock)
+    )
+
+
+def _push_roots(search: _Search, subs: list[SubProblem], hint_plan: Plan | None) -> bool:
+    """One node per sub-problem at its root bound; the hint plan (if it is in one of them and fits)
+    becomes the incumbent and that node's hint. True if the hint was used (a warm start)."""
     warm = False
     roots = []
     for sp in subs:
@@ -365,46 +481,47 @@ def _solve_exact(
                         search.best_val, search.best_plan = val, plan_of(sp, a)
         roots.append(node)
     if hint_plan is not None and not warm:
-        log.info("warm start: the hint plan is not in the %s space; solving without it", solver)
+        log.info("warm start: the hint plan is not in the %s space; solving without it", search.solver)
     for node in roots:
         search.push(node)
-    solve_kw = {"threads": threads, "relative_gap": relative_gap, "backend": backend, **options}
-    search.run(solve_kw)
-    search.emit(force=True)
-    wall = time.perf_counter() - t0
+    return warm
+
+
+def _result(
+    search: _Search,
+    stats: dict[str, Any],
+    counter: PruneCounter,
+    upper_bound: float,
+    wall: float,
+    msgs: tuple[str, str],
+    problem: tuple[ModelSpec, ClusterSpec, Settings, list[str], Deadline],
+) -> Solution:
+    """The search's answer: its best plan and global bound, or why there is none (nothing below the upper
+    bound, infeasible -- with the DP's diagnosis -- or out of time)."""
+    solver = search.solver
     open_nodes = [n for n in search.nodes if not n.closed]
     complete = not open_nodes
     bound = search.global_bound()
-    stats: dict[str, Any] = {
-        "instances": len(insts),
-        "subproblems": len(subs),
-        **search.counts,
-        "open": len(open_nodes),
-        "unmodelled": len(search.unmodelled),
-        "relaxed_open": len(search.relaxed),
-        "max_arcs": search.max_arcs,
-        "pruning": pr.to_dict(),
-        "max_vpp": pr.max_vpp,  # the space searched: plain and interleaved plans up to this many chunks
-        "warm_start": warm,
-    }
-    stats.update(mod.describe_scaling(options))
+    stats["open"] = len(open_nodes)
     if search.tolerance_s:
         stats["tolerance_s"] = search.tolerance_s  # worst-case scaling error of a returned "optimal" plan
     if search.resolution_s:
         stats["time_resolution_s"] = search.resolution_s
     if search.best_plan is None:
         status = "infeasible" if complete else "timeout"
-        msg = (
-            _infeasible_message(model, cluster, settings, fams)
-            if complete
-            else f"{solver} found no plan within the time limit ({time_limit} s)"
-        )
+        if complete and math.isfinite(upper_bound):
+            msg = msgs[0]
+        elif complete:
+            model, cluster, settings, fams, clock = problem
+            msg = _infeasible_message(model, cluster, settings, fams, Deadline.after(max(1.0, clock.left())))
+        else:
+            msg = msgs[1]
         return Solution(
             solver,
             status,  # type: ignore[arg-type]
             None,
             math.inf,
-            math.inf if complete else bound,
+            upper_bound if complete else bound,
             wall,
             counter.counts,
             stats=stats,
@@ -416,11 +533,45 @@ def _solve_exact(
     return Solution(solver, status, search.best_plan, search.best_val, bound, wall, counter.counts, stats=stats)  # type: ignore[arg-type]
 
 
-def _infeasible_message(model: ModelSpec, cluster: ClusterSpec, settings: Settings, fams: list[str]) -> str:
+def _infeasible_message(
+    model: ModelSpec, cluster: ClusterSpec, settings: Settings, fams: list[str], deadline: Deadline
+) -> str:
     """The same message the DP path gives (``diagnose``), so every solver explains infeasibility alike."""
     from hapmoe_milp.search.diagnose import diagnose
 
-    return str(diagnose(model, cluster, settings, fams))  # type: ignore[arg-type]
+    return str(diagnose(model, cluster, settings, fams, deadline))  # type: ignore[arg-type]
+
+
+class _Certificate:
+    """What ``auto`` has found and proved so far: the best plan, and per family the method that bounded it
+    and the bound (a family without an entry is not bounded yet)."""
+
+    def __init__(self, dp: Solution, t0: float, time_limit: float | None) -> None:
+        self.dp = dp
+        self.best = dp
+        self.t0 = t0
+        self.limit = time_limit
+        self.proof: dict[str, dict[str, Any]] = {}
+        self.stats: dict[str, Any] = {"dp_status": dp.status, "dp_objective_s": dp.objective_s, "dp_wall_s": dp.wall_s}
+
+    def left(self) -> float | None:
+        return None if self.limit is None else self.limit - (time.perf_counter() - self.t0)
+
+    def time_for(self, need: float) -> bool:
+        rem = self.left()
+        return rem is None or rem > need
+
+    def offer(self, sol: Solution) -> None:
+        if sol.plan is not None and (self.best.plan is None or sol.objective_s < self.best.objective_s):
+            self.best = sol
+
+    def prove(self, fam: str, method: str, sol: Solution, bound: float) -> None:
+        """Record what ``method`` established for family ``fam``: a proof when ``sol`` completed (optimal,
+        or nothing below the bound), else only a valid bound."""
+        self.proof[fam] = {"method": method, "status": sol.status, "bound_s": bound, "wall_s": sol.wall_s}
+
+    def proved(self, fam: str) -> bool:
+        return self.proof.get(fam, {}).get("status") in ("optimal", "infeasible")
 
 
 def _solve_auto(
@@ -436,90 +587,155 @@ def _solve_auto(
     backend: str | None,
     split: str | None,
     progress: Progress | None,
+    split_families: bool | None = None,
+    cost_model: CostModel | None = None,
+    runtimes: Mapping[str, Runtime | None] | None = None,
     **options: Any,
 ) -> Solution:
     """A certificate: the pruned DP for a fast plan, the exact backend for the proof, the unpruned DP as
-    a second proof if the first did not close in time -- all over plans with up to ``max_vpp`` chunks."""
+    a second proof if the first did not close in time -- all over plans with up to ``max_vpp`` chunks.
+
+    At scale (``split_families``; default: more than :data:`SCALE_DEVICES` devices) the families are
+    proved apart: the unpruned DP proves the megatron family's optimum (its sub-problems are tiny and
+    many), then the exact backend only has to show that no hetero plan beats the best plan so far (with
+    the block bounds); ``stats['proof']`` says which method bounded which family.
+    """
     from hapmoe_milp.search.dp import solve_dp
 
     t0 = time.perf_counter()
     pr = pruning or Pruning()
-    # every proof is over one space: all plans with at most ``max_vpp`` virtual chunks (the DP's bound)
     exact_pr = replace(EXACT_PRUNING, max_vpp=pr.max_vpp)
-    dp = solve_dp(model, cluster, settings, family=family, pruning=pr, time_limit=time_limit, progress=progress)
+    off = replace(Pruning.off(), max_vpp=pr.max_vpp)
+    cm = cost_model.for_settings(settings) if cost_model is not None else CostModel(model, cluster, settings)
+    dp = solve_dp(
+        model,
+        cluster,
+        settings,
+        family=family,
+        pruning=pr,
+        time_limit=time_limit,
+        progress=progress,
+        cost_model=cm,
+        runtimes=runtimes,
+    )
+    cert = _Certificate(dp, t0, time_limit)
+    fams = _families(family)
+    apart = cluster.world_size > SCALE_DEVICES if split_families is None else split_families
+    todo = family
+    if apart and "megatron" in fams and len(fams) > 1:
+        dm = solve_dp(
+            model,
+            cluster,
+            settings,
+            family="megatron",
+            pruning=off,
+            time_limit=cert.left(),
+            name="dp-exact",
+            cost_model=cm,
+            runtimes=runtimes,
+        )
+        cert.offer(dm)
+        if dm.status in ("optimal", "infeasible"):
+            cert.prove("megatron", "dp-exact", dm, dm.objective_s)
+            todo = "hetero"
     exact_solver = backend if backend in backends.NAMES else "cpsat"
-    stats: dict[str, Any] = {"dp_status": dp.status, "dp_objective_s": dp.objective_s, "dp_wall_s": dp.wall_s}
-
-    def left() -> float | None:
-        return None if time_limit is None else time_limit - (time.perf_counter() - t0)
-
-    best = dp
-    bound = math.nan
-    proved_by: str | None = None
-    rem = left()
-    if rem is None or rem > 0.5:
+    if cert.time_for(0.5):
+        upper = cert.best.objective_s if todo != family and cert.best.plan is not None else math.inf
         ex = _solve_exact(
             model,
             cluster,
             settings,
             solver=exact_solver,
-            family=family,
+            family=todo,
             pruning=exact_pr,
-            time_limit=rem,
+            time_limit=cert.left(),
             threads=threads,
             relative_gap=relative_gap,
             backend=None if backend in backends.NAMES else backend,
-            hint=dp.plan,
+            hint=cert.best.plan,
             instances=None,
             split=split,
             progress=progress,
+            upper_bound=upper,
+            cost_model=cm,
+            runtimes=runtimes,
             **options,
         )
-        stats.update({f"exact_{k}": v for k, v in ex.stats.items() if isinstance(v, (int, float, str, bool))})
-        stats.update({"exact_solver": exact_solver, "exact_status": ex.status, "exact_wall_s": ex.wall_s})
-        if ex.plan is not None and (best.plan is None or ex.objective_s < best.objective_s):
-            best = ex
-        bound = ex.bound_s
-        if ex.status == "optimal":
-            proved_by = exact_solver
-        elif ex.status == "infeasible" and dp.plan is None:
-            return replace(ex, solver="auto", wall_s=time.perf_counter() - t0, stats={**ex.stats, **stats})
+        cert.stats.update({f"exact_{k}": v for k, v in ex.stats.items() if isinstance(v, (int, float, str, bool))})
+        cert.stats.update({"exact_solver": exact_solver, "exact_status": ex.status, "exact_wall_s": ex.wall_s})
+        cert.offer(ex)
+        if ex.status == "infeasible" and cert.best.plan is None:
+            return replace(ex, solver="auto", wall_s=time.perf_counter() - t0, stats={**ex.stats, **cert.stats})
+        for fam in _families(todo):  # a proof, or (time out) a bound the unpruned DP may still beat
+            cert.prove(fam, exact_solver, ex, ex.bound_s)
     else:
-        stats["exact"] = "no time left"
-    rem = left()
-    if proved_by is None and (rem is None or rem > 1.0):
+        cert.stats["exact"] = "no time left"
+    return _finish_auto(model, cluster, settings, cert, todo, off, t0, pr, cm, runtimes)
+
+
+def _finish_auto(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    settings: Settings,
+    cert: _Certificate,
+    todo: str,
+    off: Pruning,
+    t0: float,
+    pr: Pruning,
+    cm: CostModel,
+    runtimes: Mapping[str, Runtime | None] | None,
+) -> Solution:
+    """The unpruned DP as a second proof of the families not proved yet, then the certificate."""
+    from hapmoe_milp.search.dp import solve_dp
+
+    fams = _families(todo)
+    if not all(cert.proved(f) for f in fams) and cert.time_for(1.0):
         # the unpruned DP is exact over the instance: when it finishes, its optimum is the proof
         dx = solve_dp(
             model,
             cluster,
             settings,
-            family=family,
-            pruning=replace(Pruning.off(), max_vpp=pr.max_vpp),
-            time_limit=rem,
+            family=todo,
+            pruning=off,
+            time_limit=cert.left(),
             name="dp-exact",
+            cost_model=cm,
+            runtimes=runtimes,
         )
-        stats.update({"dp_exact_status": dx.status, "dp_exact_wall_s": dx.wall_s})
-        if dx.plan is not None and (best.plan is None or dx.objective_s < best.objective_s):
-            best = dx
-        if dx.status == "optimal":
-            proved_by = "dp-exact"
-            bound = dx.objective_s
-        elif dx.status == "infeasible":
-            return replace(dx, solver="auto", wall_s=time.perf_counter() - t0, stats={**dx.stats, **stats})
-    wall = time.perf_counter() - t0
-    stats["proved_by"] = proved_by
+        cert.stats.update({"dp_exact_status": dx.status, "dp_exact_wall_s": dx.wall_s})
+        cert.offer(dx)
+        if dx.status == "infeasible" and cert.best.plan is None:
+            return replace(dx, solver="auto", wall_s=time.perf_counter() - t0, stats={**dx.stats, **cert.stats})
+        if dx.status in ("optimal", "infeasible"):
+            for fam in fams:
+                cert.prove(fam, "dp-exact", dx, dx.objective_s)
+    all_fams = _families("both") if set(cert.proof) - set(fams) else fams
+    proved = all(cert.proved(f) for f in all_fams)
+    methods = sorted({cert.proof[f]["method"] for f in all_fams if f in cert.proof})
+    stats = dict(cert.stats)
+    if proved and len(methods) > 1:
+        stats["proved_by"] = " + ".join(f"{cert.proof[f]['method']} ({f})" for f in all_fams)
+    else:
+        stats["proved_by"] = methods[0] if proved else None
+    stats["proof"] = cert.proof
     stats["max_vpp"] = pr.max_vpp  # the space the certificate is about
+    best, dp = cert.best, cert.dp
+    wall = time.perf_counter() - t0
+    bounds = [cert.proof[f]["bound_s"] if f in cert.proof else math.nan for f in all_fams]
+    bound = min(bounds) if bounds and all(b == b for b in bounds) else math.nan
     if best.plan is None:
         return replace(best, solver="auto", status="timeout", bound_s=bound, wall_s=wall, stats={**best.stats, **stats})
-    if best is not dp and dp.plan is not None:
-        stats["dp_gap_to_best"] = max(0.0, (dp.objective_s - best.objective_s) / dp.objective_s)
-    status = "optimal" if proved_by else "feasible"
-    if proved_by:
+    if proved:
         bound = min(bound, best.objective_s) if bound == bound else best.objective_s
+    if dp.plan is not None:
+        if best is not dp:
+            stats["dp_gap_to_best"] = max(0.0, (dp.objective_s - best.objective_s) / dp.objective_s)
+        if bound == bound:
+            stats["dp_gap_to_bound"] = max(0.0, (dp.objective_s - bound) / dp.objective_s)
     return replace(
         best,
         solver="auto",
-        status=status,  # type: ignore[arg-type]
+        status="optimal" if proved else "feasible",  # type: ignore[arg-type]
         bound_s=bound,
         wall_s=wall,
         pruned={**dp.pruned},

@@ -1,14 +1,14 @@
 """The exact solvers' shared model description: one sub-problem at one pipeline depth, as arcs.
 
 Both backends (:mod:`hapmoe_milp.search.cpsat`, :mod:`hapmoe_milp.search.milp`) translate the same
-:class:`DepthModel`; neither reads an :class:`~hapmoe_milp.instance.Instance` or prices anything. This
+:class:`~hapmoe_milp.search.depth_model.DepthModel`; neither reads an :class:`~hapmoe_milp.instance.Instance` or prices anything. This
 module reads only the instance's coefficients (per-option prefix sums, edges, capacities, ``p2p``,
 ``coefficients`` and ``in_flight``) and combines them exactly as ``Instance.evaluate`` does (a test pins
 that every arc equals ``evaluate``).
 
 Decomposition. A *sub-problem* is one instance (micro-batch step and schedule: plain 1F1B or ``vpp``
 interleaved chunks) and one family group key (the rules that tie stages together,
-``instance.group_key``); a :class:`DepthModel` fixes its pipeline depth ``P`` too. Slots count from the
+``instance.group_key``); a :class:`~hapmoe_milp.search.depth_model.DepthModel` fixes its pipeline depth ``P`` too. Slots count from the
 end (slot 1 = last stage, slot ``P`` = first), so every slot's in-flight multiplier
 ``inst.in_flight(k, P)``, whether it carries the embedding (slot ``P``) or the head (slot 1), and which
 options may be first (``dp == first_dp``) are constants.
@@ -47,12 +47,8 @@ an arc's stage time, memory and exposed sync are constants, so:
   the end without straddling a node (``instance.aligned``), optional one-size-per-type
   (``uniform_stage_size``, ``large_cluster``); megatron groups have one mesh per group key.
 
-Why each reduction and cut is valid (it removes no plan that beats the cutoff; tests check every one
-against brute-force depth optima, plain and interleaved). Every argument below uses only that an arc's
-time, sync and memory are constants of (slot, depth), that layer counts are at least the slots' minima,
-and the objective ``alpha sum tau + beta tau_max + sigma`` with ``alpha, beta >= 0``; all three hold for
-interleaved depth models (with ``alpha = 1/v``), so each reduction carries over; where one needs more,
-it says so:
+The sub-problem's own bound (its depths' reductions and cuts are argued in
+:mod:`hapmoe_milp.search.depth_model`, with the same premises):
 
 - *Sub-problem root bound* (before any depth is built): every layer needs at least ``w_t``
   device-seconds on device type ``t`` (the cheapest option there that can hold a layer), so the cluster
@@ -64,43 +60,6 @@ it says so:
   Memory there uses the fewest micro-batches in flight over every slot of every allowed depth (for VPP
   the smallest depth's last slot, ``in_flight`` grows with both), and the per-slot layer minima are
   ignored: both only enlarge what a stage may hold.
-- *Objective cutoff* ``obj <= cutoff`` (the incumbent): sub-problems are solved to prove that nothing
-  beats it. With lower bounds ``tau_lo`` on ``tau_max``, ``S`` on ``sum tau`` and ``sigma_lo`` on
-  ``sigma``, an arc of (p2p-cheapest) stage time ``t`` and sync ``y`` in slot ``k`` is in no plan under
-  the cutoff if ``beta max(tau_lo, t) + alpha max(S, t + R_k) + max(sigma_lo, y) > cutoff``, where
-  ``R_k`` sums the other slots' smallest stage times; such arcs are not built. (Only the objective's
-  form and ``alpha, beta >= 0`` are used, so it holds for ``alpha = 1/v`` alike.)
-- *Arc dominance*: of two arcs in one slot with the same device type, size, link class, group and layer
-  range, one no worse in time, sync and p2p towards every class can replace the other in any plan
-  (inventory, layout, memory -- both fit -- and every other stage unchanged), so the worse one is
-  dropped (ties keep the lower option index). Off when the cross-type p2p rule is on (it could forbid
-  the better arc). Interleaved: dominance is decided within one (slot, depth) arc set, where both arcs
-  fit at that depth's in-flight count, and the VPP rules depend only on the (shared) range.
-- *Suffix bounds* (the DP's remaining-layer/remaining-time and memory bounds, per slot): slots
-  ``1..k-1`` and ``k+1..P`` can hold at most ``cover(u)`` layers on ``u`` devices per type (a DP over
-  devices per type; each slot contributes the most layers any of its surviving arcs of that type and
-  size holds -- arcs exist only within the time bound *and* the memory), so an arc of ``n`` layers on
-  ``g`` devices is in no plan unless ``n + max_{u1 + u2 <= inv - g} (fwd[k-1](u1) + bwd[k+1](u2)) >= N``
-  (probing). The smallest stage time at which the surviving arcs still cover all ``N`` layers is
-  ``tau_lo``; the smallest sync at which they do is ``sigma_lo`` (bottleneck bisections; the layer
-  counts' integrality and the inventory are what make them strong). Relaxations used there (cheapest
-  p2p, layout rules ignored, each slot's minimum layer count ignored) only make the covering larger.
-  Memory enters only through which arcs exist, and those are the depth's own (interleaved in-flight at
-  that ``P``), so the covering is valid per depth. Filter, probe and bounds repeat to a fixpoint.
-- *Sum bound* (Lagrangian): for any ``lam``, ``sum tau = lam N + sum_k (tau_k - lam n_k)``, and a min-plus
-  DP over devices per type of each slot's cheapest ``time - lam n`` bounds the second term; a few
-  ``lam`` around the balanced per-layer time are tried. ``S`` is the best of that, ``tau_lo + R`` and
-  the sum of the slots' smallest times.
-- *Symmetry* (uniform layer kinds only): two adjacent middle slots ``k, k+1`` with the same option,
-  when slot ``k-1`` has that option's link class, have the same p2p, so swapping their layer counts
-  swaps their stage times and syncs (sum and max unchanged); in-flight memory does not decrease towards
-  the front (checked per depth on ``inst.in_flight(k, P)``: plain ``min(M, k)``, interleaved
-  ``min(Mv, 2(k-1) + (v-1)P + 1) / v``, both non-decreasing in ``k`` at a fixed ``P``), so moving the
-  larger count to slot ``k`` still fits, and the smaller count fits wherever the larger did (memory grows
-  with the count). Middle slots share one minimum layer count (``v`` or 1), so the swapped counts keep
-  it. Hence ``n[k+1] <= n[k]`` loses no objective value.
-- *Depth bound*: ``beta tau_lo + alpha S + sigma_lo`` bounds every plan of this depth under the cutoff;
-  a depth whose bound reaches the cutoff, or whose slots lose every arc, is closed without a model.
 
 Mixed kinds at scale (e.g. DeepSeek-V3's 62 layers on hundreds of options): when ranges are too many to
 enumerate, arcs are indexed by count and a middle stage is priced at the cheapest window of that many
@@ -125,14 +84,15 @@ from typing import Any, Literal
 
 import numpy as np
 
+from hapmoe_milp.deadline import NO_DEADLINE, Deadline
 from hapmoe_milp.instance import Instance, Option, groups, in_group, vpp_lead
 from hapmoe_milp.plan import Plan, Stage
+from hapmoe_milp.space import stage_rule_problems
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "timeout"]
 #: Per stage from first to last: (option position in the sub-problem, first layer, end layer).
 Assignment = list[tuple[int, int, int]]
 
-_NEG = -(10**9)
 _ARC_CAP = 400_000  # (option, layer range) pairs above which mixed kinds are modelled by count (relaxed)
 _COUNT_CAP = 2_000_000  # (option, layer count) pairs above which a sub-problem keeps its root bound only
 
@@ -145,7 +105,7 @@ def option_name(o: Option) -> str:
 
 @dataclass
 class SubResult:
-    """What a backend proved about one :class:`DepthModel` (seconds)."""
+    """What a backend proved about one :class:`~hapmoe_milp.search.depth_model.DepthModel` (seconds)."""
 
     status: SubStatus  # "infeasible": nothing at or below the cutoff
     assignment: Assignment | None
@@ -220,11 +180,18 @@ class SubProblem:
         self.csize = self.size // np.asarray(unit, dtype=np.int64)[self.tix] if self.O else self.size
         self.cap = np.asarray([o.capacity for o in options], dtype=np.float64)
         self.first_ok = np.asarray([o.cfg.dp == inst.first_dp for o in options], dtype=bool)
+        #: the runtime's rules between stages (``Instance.stage_rules``): rows over arcs, see
+        #: :meth:`DepthModel.rule_rows`; a mesh is a (device type, config) pair
+        self.rules = inst.stage_rules
+        mesh_ids: dict[tuple, int] = {}
+        self.mesh = np.asarray([mesh_ids.setdefault((o.device, o.cfg), len(mesh_ids)) for o in options], dtype=np.int64)
+        self.tp = np.asarray([o.cfg.tp for o in options], dtype=np.int64)
+        self.dp = np.asarray([o.cfg.dp for o in options], dtype=np.int64)
         classes = sorted({(o.device, o.devices < self.node[o.device]) for o in options})
         cidx = {c: j for j, c in enumerate(classes)}
         self.classes = classes
         self.cls = np.asarray([cidx[(o.device, o.devices < self.node[o.device])] for o in options], dtype=np.int64)
-        self.contiguous = inst.family == "hetero" and len(self.types) > 1
+        self.contiguous = (inst.family == "hetero" or inst.stage_rules.types_grouped) and len(self.types) > 1
         total = sum(self.inv)
         self.same_size = pr.uniform_stage_size or (inst.family == "hetero" and 0 < pr.large_cluster < total)
         self.align_types: list[int] = []
@@ -342,6 +309,10 @@ class SubProblem:
         P = len(assignment)
         if P not in self.depths:
             return False
+        if self.rules.active:
+            stages = [Stage(self.options[i].device, self.options[i].cfg, s, e) for i, s, e in assignment]
+            if stage_rule_problems(self.rules, stages):
+                return False
         return all(e - s >= self.min_layers(P - j, j == 0) for j, (_, s, e) in enumerate(assignment))
 
     # ------------------------------------------------------------------ cheap group-level bound
@@ -483,24 +454,13 @@ class SubProblem:
                     cur[attr] = np.where(short[None, :], np.inf, cur[attr])
             for attr, v in cur.items():
                 vals[attr] = v if attr not in vals else np.minimum(vals[attr], v)
-        fwd, bwd, w, a = vals["fwd"], vals["bwd"], vals["weights"], vals["act"]
-        rs, ag, op = vals["rs"], vals["ag"], vals["opt"]
-        fixed = np.broadcast_to(self._fixed[:, None], fwd.shape).copy()
         sides = {"first": ("first",), "last": ("last",), "both": ("first", "last"), "mid": ()}[kind]
-        for side in sides:
-            ed = self._edges
-            fwd = fwd + ed[f"{side}.fwd"][:, None]
-            bwd = bwd + ed[f"{side}.bwd"][:, None]
-            w = w + ed[f"{side}.weights"][:, None]
-            a = a + ed[f"{side}.act"][:, None]
-            rs = rs + ed[f"{side}.rs"][:, None]
-            ag = ag + ed[f"{side}.ag"][:, None]
-            op = op + ed[f"{side}.opt"][:, None]
-            fixed = fixed + ed[f"{side}.work"][:, None]
+        priced = self._with_edges(vals, sides)
+        w, a, fixed = priced["w"], priced["a"], priced["fixed"]
         if self.relaxed and kind == "mid":  # no edges in the middle: the per-window minima stand
             time_, sync = vals["time"], vals["sync"]
         else:
-            time_, sync = fwd + bwd, self._exposed(rs, ag, fwd, bwd, op)
+            time_, sync = priced["time"], priced["sync"]
         valid = np.isfinite(time_)
         if self.layer_band:
             n = (e - s)[None, :]
@@ -512,6 +472,34 @@ class SubProblem:
         out = {"time": time_, "sync": sync, "w": w, "a": a, "fixed": fixed, "valid": valid}
         self._static[kind] = out
         return out
+
+    def _with_edges(self, vals: dict[str, np.ndarray], sides: Sequence[str]) -> dict[str, np.ndarray]:
+        """Stage time, exposed sync and memory parts of per-(option, range) sums with the edge stages'
+        terms added (``Instance.evaluate``'s order of operations)."""
+        fwd, bwd, w, a = vals["fwd"], vals["bwd"], vals["weights"], vals["act"]
+        rs, ag, op = vals["rs"], vals["ag"], vals["opt"]
+        fixed = np.broadcast_to(self._fixed[:, None], fwd.shape).copy()
+        for side in sides:
+            ed = self._edges
+            fwd = fwd + ed[f"{side}.fwd"][:, None]
+            bwd = bwd + ed[f"{side}.bwd"][:, None]
+            w = w + ed[f"{side}.weights"][:, None]
+            a = a + ed[f"{side}.act"][:, None]
+            rs = rs + ed[f"{side}.rs"][:, None]
+            ag = ag + ed[f"{side}.ag"][:, None]
+            op = op + ed[f"{side}.opt"][:, None]
+            fixed = fixed + ed[f"{side}.work"][:, None]
+        with np.errstate(invalid="ignore"):  # ranges an option cannot hold (inf) stay inf or nan, never valid
+            sync = self._exposed(rs, ag, fwd, bwd, op)
+        return {"time": fwd + bwd, "sync": sync, "w": w, "a": a, "fixed": fixed}
+
+    def range_values(self, s: np.ndarray, e: np.ndarray, sides: Sequence[str]) -> dict[str, np.ndarray]:
+        """Per (option, range ``[s, e)``) with the ``sides`` edges (``first``, ``last``): stage time, exposed
+        sync and the memory parts ``w``, ``a`` (per micro-batch in flight), ``fixed`` -- exactly as
+        ``Instance.evaluate`` combines them (so any solver's bound can price ranges of its own)."""
+        pre = self._pre
+        vals = {attr: pre[attr][:, e] - pre[attr][:, s] for attr in ("fwd", "bwd", "weights", "act", "rs", "ag", "opt")}
+        return self._with_edges(vals, sides)
 
     def _sync_of(self, cur: dict[str, np.ndarray]) -> np.ndarray:
         """Exposed sync + optimizer of a middle window (``Instance.evaluate``'s formula, no edges)."""
@@ -564,9 +552,12 @@ class SubProblem:
         out: dict[tuple[int, int, int], int],
     ) -> np.ndarray:
         """Drop arcs another arc of the same type, size, class, group and range beats or ties (see doc)."""
-        buckets: dict[tuple[int, int, int, int], list[int]] = {}
+        buckets: dict[tuple[int, int, int, int, int], list[int]] = {}
+        # under rules between stages an arc can stand in only for arcs of its own mesh (device and config)
+        mesh = self.mesh if self.rules.active else np.zeros(self.O, dtype=np.int64)
         for i in range(self.O):
-            buckets.setdefault((int(self.gid[i]), int(self.tix[i]), int(self.size[i]), int(self.cls[i])), []).append(i)
+            key = (int(self.gid[i]), int(self.tix[i]), int(self.size[i]), int(self.cls[i]), int(mesh[i]))
+            buckets.setdefault(key, []).append(i)
         keep = ok.copy()
         for idx in buckets.values():
             if len(idx) < 2:
@@ -596,384 +587,11 @@ class SubProblem:
             keep[ix] &= ~hit
         return keep
 
-    # ------------------------------------------------------------------ depth models
-    def depth_model(self, P: int, cutoff: float = math.inf) -> DepthModel:
-        """The model of depth ``P`` under ``cutoff`` (see the module doc for every reduction)."""
-        return DepthModel(self, P, cutoff)
-
 
 def _key_label(key: tuple) -> str:
     if key[0] == "cfg":
         return key[1].label().replace(" ", "")
     return f"CP{key[1]}{'EP' if key[2] else 'noEP'}"
-
-
-# ------------------------------------------------------------------------------------------ covering
-def _shift(j: int, g: int, inv: Sequence[int]) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
-    """Source and destination views of a devices-per-type grid for an item using ``g`` devices of type ``j``
-    (a usage ``u`` moves to ``u + g`` along axis ``j``)."""
-    src = [slice(None)] * len(inv)
-    dst = [slice(None)] * len(inv)
-    src[j] = slice(0, inv[j] + 1 - g)
-    dst[j] = slice(g, inv[j] + 1)
-    return tuple(src), tuple(dst)
-
-
-def _cover_step(best: np.ndarray, items: dict[tuple[int, int], int], inv: Sequence[int]) -> np.ndarray:
-    """One slot of the covering DP: most layers held on each devices-per-type usage."""
-    new = np.full(best.shape, _NEG, dtype=np.int64)
-    for (j, g), n in items.items():
-        if g > inv[j]:
-            continue
-        s, d = _shift(j, g, inv)
-        np.maximum(new[d], best[s] + n, out=new[d])
-    new[new < 0] = _NEG
-    return new
-
-
-def _minplus_step(best: np.ndarray, items: dict[tuple[int, int], float], inv: Sequence[int]) -> np.ndarray:
-    """One slot of a min-plus DP over devices per type: smallest sum of item values on each usage."""
-    new = np.full(best.shape, np.inf)
-    for (j, g), v in items.items():
-        if g > inv[j]:
-            continue
-        s, d = _shift(j, g, inv)
-        np.minimum(new[d], best[s] + v, out=new[d])
-    return new
-
-
-def _cummax(a: np.ndarray) -> np.ndarray:
-    for ax in range(a.ndim):
-        a = np.maximum.accumulate(a, axis=ax)
-    return a
-
-
-class DepthModel:
-    """One sub-problem at one depth under a cutoff: the arcs and cuts both backends translate.
-
-    ``closed`` is True when the reductions alone prove that no plan of this depth beats the cutoff
-    (``reason`` says which); the arcs are then empty and no backend is needed.
-    """
-
-    def __init__(self, sub: SubProblem, P: int, cutoff: float) -> None:
-        self.sub = sub
-        self.P = P
-        self.cutoff = cutoff
-        self.alpha, self.beta = sub.alpha, sub.beta
-        self.closed = False
-        self.reason = ""
-        self.stats: dict[str, int] = {}
-        self.tau_lo = 0.0
-        self.tau_hi = math.inf
-        self.sum_lo = 0.0
-        self.sigma_lo = 0.0
-        self.bound = 0.0
-        self.unmodelled = sub.too_large
-        if self.unmodelled:  # bounded by the sub-problem's root bound only
-            self.bound = sub.root_bound
-            self.reason = "too many arcs to enumerate"
-            self._slots = []
-            self._finish([])
-            return
-        N = sub.N
-        slots: list[ArcSet] = []
-        masks: list[np.ndarray] = []
-        lo = [0] + [sub.min_layers(k, k == P) for k in range(1, P + 1)]  # lo[k]: fewest layers of slot k
-        below = np.cumsum(lo)  # below[k]: fewest layers of slots 1..k
-        for k in range(1, P + 1):
-            a = sub.arcs(k, k == P, P)
-            slots.append(a)
-            # every other slot holds at least its fewest layers (slots above k come first)
-            if sub.counts:
-                m = a.n <= N - (int(below[P]) - lo[k])
-            else:
-                m = (a.s >= int(below[P] - below[k])) & (a.e <= N - int(below[k - 1]))
-            masks.append(m)
-        self._slots = slots
-        built = sum(int(m.sum()) for m in masks)
-        self.stats["arcs_built"] = built
-        eff = [a.time + (2 * sub.pmin[a.opt] if k >= 2 else 0.0) for k, a in zip(range(1, P + 1), slots)]
-        self._eff = eff
-        self._sync = [a.sync for a in slots]
-        # reductions to a fixpoint: the per-arc objective filter under the cutoff, the covering probe,
-        # then the bounds again (cheap ones first; the bottleneck bisections once the cheap ones settle)
-        lim = cutoff * (1 + 1e-12)
-        exact_bounds = False
-        for _ in range(12):
-            if any(not m.any() for m in masks):
-                break
-            tmin = [float(t[m].min()) for t, m in zip(eff, masks)]
-            R = sum(tmin) - max(tmin)
-            self.sum_lo = max(self.sum_lo, sum(tmin))
-            self.tau_lo = max(self.tau_lo, max(tmin))
-            self.sigma_lo = max(self.sigma_lo, max(float(y[m].min()) for y, m in zip(self._sync, masks)))
-            if exact_bounds:
-                self.sum_lo = max(self.sum_lo, self._sum_bound(masks))
-                self.tau_lo = max(self.tau_lo, self._bottleneck(masks, eff))
-                self.sigma_lo = max(self.sigma_lo, self._bottleneck(masks, self._sync))
-            self.sum_lo = max(self.sum_lo, self.tau_lo + R)
-            self.bound = self.beta * self.tau_lo + self.alpha * self.sum_lo + self.sigma_lo
-            if self.bound >= cutoff:
-                break
-            new = masks
-            if math.isfinite(cutoff):
-                if self.beta > 0:
-                    self.tau_hi = (cutoff - self.sigma_lo - self.alpha * self.sum_lo) / self.beta * (1 + 1e-12)
-                else:
-                    self.tau_hi = (cutoff - self.sigma_lo - self.alpha * R) / self.alpha * (1 + 1e-12)
-                new = []
-                for k, (m, t, y) in enumerate(zip(masks, eff, self._sync)):
-                    rest = R + max(tmin) - tmin[k]  # the other slots' smallest stage times
-                    obj = (
-                        self.beta * np.maximum(self.tau_lo, t)
-                        + self.alpha * np.maximum(self.sum_lo, t + rest)
-                        + np.maximum(self.sigma_lo, y)
-                    )
-                    new.append(m & (obj <= lim))
-            new = self._probe(new, self.tau_hi)
-            changed = any((a != b).any() for a, b in zip(new, masks))
-            masks = new
-            if not changed:
-                if exact_bounds:
-                    break
-                exact_bounds = True
-        self.stats["arcs_after_reductions"] = sum(int(m.sum()) for m in masks)
-        if any(not m.any() for m in masks):
-            self._close(masks, f"covering: no depth-{P} plan holds all layers under the cutoff")
-            return
-        if self.bound >= cutoff:
-            self._close(masks, "depth bound reaches the cutoff")
-            return
-        self._finish(masks)
-
-    # ------------------------------------------------------------------ reductions
-    def _items(self, k: int, sel: np.ndarray) -> dict[tuple[int, int], int]:
-        """Most layers per (type, size) the selected arcs of slot ``k`` hold."""
-        sub = self.sub
-        a = self._slots[k - 1]
-        out: dict[tuple[int, int], int] = {}
-        if not sel.any():
-            return out
-        o = a.opt[sel]
-        n = a.n[sel]
-        key = sub.tix[o] * 100_000 + sub.csize[o]
-        order = np.lexsort((n, key))
-        key, n = key[order], n[order]
-        last = np.r_[key[1:] != key[:-1], True]
-        for kk, nn in zip(key[last].tolist(), n[last].tolist()):
-            out[(kk // 100_000, kk % 100_000)] = nn
-        return out
-
-    def _sum_bound(self, masks: list[np.ndarray]) -> float:
-        """Lower bound on ``sum tau`` (Lagrangian relaxation of ``sum n = N``; see the module doc).
-
-        For any ``lam``, ``sum_k tau_k = lam N + sum_k (tau_k - lam n_k)`` and each slot's term is at least
-        the smallest ``time + 2 p2p_min - lam n`` among its arcs of the device type and size it uses, so a
-        min-plus DP over devices per type bounds the sum; a few ``lam`` around the balanced per-layer
-        time are tried and the best bound kept.
-        """
-        sub = self.sub
-        P, N = self.P, sub.N
-        inv = sub.cinv
-        effs = [t[m] for t, m in zip(self._eff, masks)]
-        if any(not len(e) for e in effs):
-            return math.inf
-        tmin = [float(e.min()) for e in effs]
-        best = sum(tmin)
-        top = max(float(e.max()) for e in effs)
-        ref = min(top, self.tau_hi) if math.isfinite(self.tau_hi) else top
-        shape = tuple(v + 1 for v in inv)
-        keys = []
-        for k in range(1, P + 1):
-            a = self._slots[k - 1]
-            m = masks[k - 1]
-            o = a.opt[m]
-            keys.append((sub.tix[o] * 100_000 + sub.csize[o], a.n[m].astype(np.float64)))
-        for q in (0.0, 0.5, 0.7, 0.85, 1.0):
-            lam = q * ref * P / N
-            dp = np.full(shape, np.inf)
-            dp[(0,) * len(inv)] = 0.0
-            for k in range(1, P + 1):
-                key, n = keys[k - 1]
-                val = effs[k - 1] - lam * n
-                order = np.lexsort((val, key))
-                ks, vs = key[order], val[order]
-                firsts = np.r_[True, ks[1:] != ks[:-1]]
-                items = {(int(kk) // 100_000, int(kk) % 100_000): float(v) for kk, v in zip(ks[firsts], vs[firsts])}
-                dp = _minplus_step(dp, items, inv)
-            v = float(dp.min())
-            if math.isfinite(v):
-                best = max(best, lam * N + v)
-        return best
-
-    def _probe(self, masks: list[np.ndarray], limit: float) -> list[np.ndarray]:
-        sub = self.sub
-        P, N = self.P, sub.N
-        inv = sub.cinv
-        shape = tuple(v + 1 for v in inv)
-        items = [self._items(k, masks[k - 1] & (self._eff[k - 1] <= limit)) for k in range(1, P + 1)]
-        zero = np.full(shape, _NEG, dtype=np.int64)
-        zero[(0,) * len(inv)] = 0
-        fwd = [zero]
-        for k in range(1, P):
-            fwd.append(_cover_step(fwd[-1], items[k - 1], inv))
-        bwd = [zero] * (P + 2)
-        for k in range(P, 1, -1):
-            bwd[k] = _cover_step(bwd[k + 1] if k < P else zero, items[k - 1], inv)
-        out = []
-        for k in range(1, P + 1):
-            F = _cummax(fwd[k - 1])
-            B = bwd[k + 1] if k < P else zero
-            a = self._slots[k - 1]
-            m = masks[k - 1].copy()
-            if not m.any():
-                out.append(m)
-                continue
-            need = np.full(len(a), N + 1, dtype=np.int64)
-            for j, g in items[k - 1]:
-                w = list(inv)
-                w[j] -= g
-                if w[j] < 0:
-                    continue
-                box = tuple(slice(0, x + 1) for x in w)
-                flip = tuple(slice(None, None, -1) for _ in w)
-                v = int((B[box] + F[box][flip]).max())
-                sel = (sub.tix[a.opt] == j) & (sub.csize[a.opt] == g)
-                need[sel] = N - v if v > _NEG // 2 else N + 1
-            m &= a.n >= need
-            out.append(m)
-        return out
-
-    def _covers(self, masks: list[np.ndarray], values: list[np.ndarray], v: float) -> bool:
-        """Can one arc per slot, each with ``value <= v``, hold every layer on the inventory?"""
-        sub = self.sub
-        inv = sub.cinv
-        shape = tuple(x + 1 for x in inv)
-        best = np.full(shape, _NEG, dtype=np.int64)
-        best[(0,) * len(inv)] = 0
-        for k in range(1, self.P + 1):
-            best = _cover_step(best, self._items(k, masks[k - 1] & (values[k - 1] <= v)), inv)
-            if int(best.max()) < 0:
-                return False
-        return int(best.max()) >= sub.N
-
-    def _bottleneck(self, masks: list[np.ndarray], values: list[np.ndarray]) -> float:
-        """Smallest ``v`` such that arcs with value <= v (stage time or sync) still cover every layer:
-        a lower bound on the plan's largest value (``tau_max`` or ``sigma``); bisection over candidates."""
-        cands = np.unique(np.concatenate([t[m] for t, m in zip(values, masks)]))
-        lo_t = max(float(t[m].min()) for t, m in zip(values, masks))
-        cands = cands[cands >= lo_t]
-        if not len(cands) or not self._covers(masks, values, float(cands[-1])):
-            return math.inf  # nothing covers every layer: no plan of this depth
-        a, b = 0, len(cands) - 1
-        while a < b:
-            mid = (a + b) // 2
-            if self._covers(masks, values, float(cands[mid])):
-                b = mid
-            else:
-                a = mid + 1
-        return float(cands[a])
-
-    def _close(self, masks: list[np.ndarray], reason: str) -> None:
-        self.closed = True
-        self.reason = reason
-        self._finish([np.zeros_like(m) for m in masks])
-
-    def _finish(self, masks: list[np.ndarray]) -> None:
-        sub = self.sub
-        ks, opt, s, e, tm, sy = [], [], [], [], [], []
-        for k, (a, m) in enumerate(zip(self._slots, masks), start=1):
-            ks.append(np.full(int(m.sum()), k, dtype=np.int64))
-            opt.append(a.opt[m])
-            s.append(a.s[m])
-            e.append(a.e[m])
-            tm.append(a.time[m])
-            sy.append(a.sync[m])
-        self.slot = np.concatenate(ks) if ks else np.zeros(0, np.int64)
-        self.opt = np.concatenate(opt) if opt else np.zeros(0, np.int64)
-        self.start = np.concatenate(s) if s else np.zeros(0, np.int64)
-        self.end = np.concatenate(e) if e else np.zeros(0, np.int64)
-        self.time = np.concatenate(tm) if tm else np.zeros(0)
-        self.sync = np.concatenate(sy) if sy else np.zeros(0)
-        self.n = self.end - self.start
-        self.by_slot = [np.nonzero(self.slot == k)[0] for k in range(1, self.P + 1)]
-        self.stats["arcs"] = len(self.slot)
-        # symmetry pairs (uniform kinds, non-decreasing in-flight): adjacent middle slots, same option
-        self.symmetry: list[tuple[int, int]] = []
-        if sub.uniform and sub.in_flight_monotone(self.P) and not self.closed:
-            for k in range(2, self.P - 1):
-                here = set(self.opt[self.by_slot[k - 1]].tolist())
-                above = set(self.opt[self.by_slot[k]].tolist())
-                self.symmetry.extend((k, i) for i in sorted(here & above))
-        # cross-type p2p rule (a pruning switch): arc a may not send to class j
-        self.forbidden: list[tuple[int, int]] = []
-        if sub.cross_type and not self.closed:
-            for a in np.nonzero(self.slot >= 2)[0].tolist():
-                i = int(self.opt[a])
-                for j, (dev, _) in enumerate(sub.classes):
-                    if dev != sub.options[i].device and 2 * sub.p2p[i, j] > sub.eta * self.time[a]:
-                        self.forbidden.append((a, j))
-
-    # ------------------------------------------------------------------ plans
-    def describe(self) -> str:
-        return f"{self.sub.describe()} P={self.P}"
-
-    def arc_of(self, k: int, i: int, s: int, e: int) -> int | None:
-        """Index of the arc (slot, option, range), following dominance; None if not in the model."""
-        sub = self.sub
-        if sub.counts:
-            s, e = 0, e - s
-        a = sub.arcs(k, k == self.P, self.P)
-        i = a.dominated_by.get((i, s, e), i)
-        idx = self.by_slot[k - 1]
-        hit = idx[(self.opt[idx] == i) & (self.start[idx] == s) & (self.end[idx] == e)]
-        return int(hit[0]) if len(hit) else None
-
-    def hint_arcs(self, assignment: Assignment) -> list[int] | None:
-        """The arcs of a plan of this depth (first stage first), or None if it is not in the model."""
-        if len(assignment) != self.P or self.closed or not self.sub.admissible(assignment):
-            return None
-        out = []
-        for j, (i, s, e) in enumerate(assignment):
-            a = self.arc_of(self.P - j, i, s, e)
-            if a is None:
-                return None
-            out.append(a)
-        return out
-
-    def assignment(self, chosen: Sequence[int]) -> Assignment:
-        """Decode one chosen arc per slot into stages from first to last."""
-        by_k = {int(self.slot[a]): a for a in chosen}
-        out: Assignment = []
-        pos = 0
-        for k in range(self.P, 0, -1):
-            a = by_k[k]
-            if self.sub.counts:
-                s, e = pos, pos + int(self.n[a])
-            else:
-                s, e = int(self.start[a]), int(self.end[a])
-            out.append((int(self.opt[a]), s, e))
-            pos = e
-        return out
-
-    def p2p_of(self, a: int, next_arc: int | None) -> float:
-        """Seconds of arc ``a``'s transfer towards the next (later) stage's arc."""
-        if next_arc is None:
-            return 0.0
-        return float(self.sub.p2p[self.opt[a], self.sub.cls[self.opt[next_arc]]])
-
-    def values(self, chosen: Sequence[int]) -> dict[str, Any]:
-        """Stage times, p2p, tau_max, sigma and the objective of chosen arcs (for hints and checks)."""
-        by_k = {int(self.slot[a]): a for a in chosen}
-        taus, ps = {}, {}
-        for k in range(1, self.P + 1):
-            a = by_k[k]
-            p = self.p2p_of(a, by_k.get(k - 1))
-            ps[k] = p
-            taus[k] = float(self.time[a]) + 2 * p
-        sigma = max(float(self.sync[a]) for a in chosen)
-        obj = self.alpha * sum(taus.values()) + self.beta * max(taus.values()) + sigma
-        return {"tau": taus, "p2p": ps, "tau_max": max(taus.values()), "sigma": sigma, "objective": obj}
 
 
 # ------------------------------------------------------------------------------------------ plans
@@ -1027,15 +645,21 @@ def evaluate_assignment(sub: SubProblem, assignment: Assignment) -> tuple[float,
 
 
 def subproblems(
-    inst: Instance, keys_list: Sequence[Sequence[tuple]], shared: dict[tuple, SubProblem] | None = None
+    inst: Instance,
+    keys_list: Sequence[Sequence[tuple]],
+    shared: dict[tuple, SubProblem] | None = None,
+    *,
+    deadline: Deadline = NO_DEADLINE,
 ) -> list[SubProblem]:
     """One sub-problem per entry of ``keys_list`` (options grouped in one pass over the instance).
 
     ``shared`` (a dict the caller keeps across instances) lets the interleaved copies of an instance
-    reuse its sub-problems' schedule-independent data (:meth:`SubProblem.for_schedule`)."""
+    reuse its sub-problems' schedule-independent data (:meth:`SubProblem.for_schedule`). ``deadline`` is
+    checked before each sub-problem is built (raises :class:`~hapmoe_milp.deadline.TimeLimitReached`)."""
     by_key: dict[tuple, list[Option]] | None = None
     out = []
     for keys in keys_list:
+        deadline.check("building the sub-problems")
         key = (id(inst.options), inst.samples_per_mb, tuple(keys))
         base = shared.get(key) if shared is not None else None
         if base is not None and base.inst.options is inst.options:
@@ -1054,7 +678,6 @@ def subproblems(
 __all__ = [
     "ArcSet",
     "Assignment",
-    "DepthModel",
     "SubProblem",
     "SubResult",
     "SubStatus",

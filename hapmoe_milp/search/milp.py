@@ -1,4 +1,6 @@
-"""PuLP MILP translation of one depth model (the formulation is :mod:`hapmoe_milp.search.formulation`).
+"""PuLP MILP translation of one depth model (:mod:`hapmoe_milp.search.depth_model`; the formulation is
+:mod:`hapmoe_milp.search.formulation`), in the sections the CP-SAT backend shares: structure, layout
+rules, times, hint, configure, decode (:mod:`hapmoe_milp.search.backends`).
 
 The same arcs and rows as the CP-SAT model, with the two conditional rows written linearly:
 
@@ -28,13 +30,15 @@ import math
 import os
 import time
 import warnings
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulp
 
 from hapmoe_milp.errors import SolverError
 from hapmoe_milp.fileio import stdout_to_stderr
-from hapmoe_milp.search.formulation import DepthModel, SubResult
+from hapmoe_milp.search.depth_model import DepthModel
+from hapmoe_milp.search.formulation import SubResult
 
 log = logging.getLogger(__name__)
 
@@ -130,28 +134,54 @@ def _class_name(model: DepthModel, j: int) -> str:
     return f"{dev}_{'small' if small else 'node'}"
 
 
+@dataclass
+class _Arcs:
+    """The arcs' binaries and what the rows read of them (per arc: option, size, device type, link class;
+    per slot: its arcs; per (slot, type) and (slot, link class): their arcs)."""
+
+    x: list[Any]
+    opt: list[int]
+    size: list[int]
+    tix: list[int]
+    cls: list[int]
+    by_slot: list[list[int]]
+    type_arcs: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    class_arcs: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+
+
 def build(model: DepthModel) -> tuple[pulp.LpProblem, dict[str, Any], float]:
-    """The PuLP problem of a depth model, its variables by role, and the time unit."""
+    """The PuLP problem of a depth model, its variables by role, and the time unit: the structure, layout
+    rules and times sections (the same rows as the CP-SAT model, in the same order)."""
     dm = model
-    sub = dm.sub
     tu = time_unit(dm)
-    P, N = dm.P, sub.N
-    A = len(dm.slot)
     opt = dm.opt.tolist()
-    size = [int(sub.size[i]) for i in opt]
-    tix = [int(sub.tix[i]) for i in opt]
-    cls = [int(sub.cls[i]) for i in opt]
-    by_slot = [idx.tolist() for idx in dm.by_slot]
     prob = pulp.LpProblem("hapmoe_depth_model", pulp.LpMinimize)
-    B = pulp.LpBinary
-    x = [_var(prob, f"x_k{int(dm.slot[a])}_a{a}", 0, 1, B) for a in range(A)]
-    for k in range(1, P + 1):
+    arcs = _Arcs(
+        x=[_var(prob, f"x_k{int(dm.slot[a])}_a{a}", 0, 1, pulp.LpBinary) for a in range(len(dm.slot))],
+        opt=opt,
+        size=[int(dm.sub.size[i]) for i in opt],
+        tix=[int(dm.sub.tix[i]) for i in opt],
+        cls=[int(dm.sub.cls[i]) for i in opt],
+        by_slot=[idx.tolist() for idx in dm.by_slot],
+    )
+    _structure(prob, dm, arcs)
+    _layout_rules(prob, dm, arcs)
+    roles = _times(prob, dm, arcs, tu)
+    return prob, roles, tu
+
+
+# ------------------------------------------------------------------------------------------ structure
+def _structure(prob: pulp.LpProblem, dm: DepthModel, arcs: _Arcs) -> None:
+    """One arc per slot; the layers (by count, or flow between consecutive slots' ranges); the inventory
+    per device type; one group key per plan."""
+    sub, x, by_slot = dm.sub, arcs.x, arcs.by_slot
+    for k in range(1, dm.P + 1):
         prob += _lin([(x[a], 1.0) for a in by_slot[k - 1]]) == 1, f"one_arc_k{k}"
     if sub.counts:
-        prob += _lin([(x[a], float(dm.n[a])) for a in range(A)]) == N, "layers"
+        prob += _lin([(x[a], float(dm.n[a])) for a in range(len(x))]) == sub.N, "layers"
     else:
         start, end = dm.start.tolist(), dm.end.tolist()
-        for k in range(1, P):
+        for k in range(1, dm.P):
             terms: dict[int, list[tuple[Any, float]]] = {}
             for a in by_slot[k]:
                 terms.setdefault(end[a], []).append((x[a], 1.0))
@@ -160,57 +190,74 @@ def build(model: DepthModel) -> tuple[pulp.LpProblem, dict[str, Any], float]:
             for pos in sorted(terms):
                 prob += _lin(terms[pos]) == 0, f"flow_k{k}_l{pos}"
     for j, t in enumerate(sub.types):
-        members = [a for a in range(A) if tix[a] == j]
-        if members and sum(size[a] for a in members) > sub.inv[j]:
-            prob += _lin([(x[a], float(size[a])) for a in members]) <= sub.inv[j], f"inventory_{t}"
-    gids = sorted({int(sub.gid[i]) for i in opt})
+        members = [a for a in range(len(x)) if arcs.tix[a] == j]
+        if members and sum(arcs.size[a] for a in members) > sub.inv[j]:
+            prob += _lin([(x[a], float(arcs.size[a])) for a in members]) <= sub.inv[j], f"inventory_{t}"
+    gids = sorted({int(sub.gid[i]) for i in arcs.opt})
     if len(gids) > 1:
-        gam = {g: _var(prob, f"group_{g}", 0, 1, B) for g in gids}
-        prob += _lin([(v, 1.0) for v in gam.values()]) == 1, "one_group"
-        for k in range(1, P + 1):
+        group = {g: _var(prob, f"group_{g}", 0, 1, pulp.LpBinary) for g in gids}
+        prob += _lin([(v, 1.0) for v in group.values()]) == 1, "one_group"
+        for k in range(1, dm.P + 1):
             for g in gids:
-                members = [a for a in by_slot[k - 1] if int(sub.gid[opt[a]]) == g]
+                members = [a for a in by_slot[k - 1] if int(sub.gid[arcs.opt[a]]) == g]
                 if members:
-                    prob += _lin([(x[a], 1.0) for a in members] + [(gam[g], -1.0)]) <= 0, f"group_k{k}_g{g}"
+                    prob += _lin([(x[a], 1.0) for a in members] + [(group[g], -1.0)]) <= 0, f"group_k{k}_g{g}"
 
-    # arcs per (slot, device type), for the layout rows
-    bt = {(k, j): [a for a in by_slot[k - 1] if tix[a] == j] for k in range(1, P + 1) for j in range(len(sub.types))}
+
+# ------------------------------------------------------------------------------------------ layout rules
+def _layout_rules(prob: pulp.LpProblem, dm: DepthModel, arcs: _Arcs) -> None:
+    """Hetero's contiguous device types, one stage size per type, and stages that do not straddle a node;
+    and each slot's link-class members (the p2p of the slot above depends on them)."""
+    sub, x, by_slot, P = dm.sub, arcs.x, arcs.by_slot, dm.P
+    of = arcs.type_arcs
+    of.update(
+        {
+            (k, j): [a for a in by_slot[k - 1] if arcs.tix[a] == j]
+            for k in range(1, P + 1)
+            for j in range(len(sub.types))
+        }
+    )
     if sub.contiguous:
         for j, t in enumerate(sub.types):
             starts = []
             for k in range(1, P + 1):
                 s_ = _var(prob, f"type_start_k{k}_{t}", 0, 1)
-                pairs = [(s_, 1.0)] + [(x[a], -1.0) for a in bt[(k, j)]]
+                pairs = [(s_, 1.0)] + [(x[a], -1.0) for a in of[(k, j)]]
                 if k > 1:
-                    pairs += [(x[a], 1.0) for a in bt[(k - 1, j)]]
+                    pairs += [(x[a], 1.0) for a in of[(k - 1, j)]]
                 prob += _lin(pairs) >= 0, f"type_start_k{k}_{t}"
                 starts.append((s_, 1.0))
             prob += _lin(starts) <= 1, f"contiguous_{t}"
     if sub.same_size:
         for j, t in enumerate(sub.types):
             for k in range(1, P):
-                here_t = [(x[a], 1.0) for a in bt[(k, j)]]
-                for g in sorted({size[a] for a in bt[(k, j)] + bt[(k + 1, j)]}):
-                    a_k = [(x[a], -1.0) for a in bt[(k, j)] if size[a] == g]
-                    a_k1 = [(x[a], 1.0) for a in bt[(k + 1, j)] if size[a] == g]
+                here_t = [(x[a], 1.0) for a in of[(k, j)]]
+                for g in sorted({arcs.size[a] for a in of[(k, j)] + of[(k + 1, j)]}):
+                    a_k = [(x[a], -1.0) for a in of[(k, j)] if arcs.size[a] == g]
+                    a_k1 = [(x[a], 1.0) for a in of[(k + 1, j)] if arcs.size[a] == g]
                     prob += _lin(a_k1 + here_t + a_k) <= 1, f"same_size_k{k}_{t}_g{g}"
     for j in sub.align_types:
         t = sub.types[j]
         node, inv_t = sub.node[t], sub.inv[j]
         cum: list[tuple[Any, float]] = []
         for k in range(1, P + 1):
-            cum.extend((x[a], float(size[a])) for a in bt[(k, j)])
+            cum.extend((x[a], float(arcs.size[a])) for a in of[(k, j)])
             q = _var(prob, f"node_q_k{k}_{t}", -1, inv_t // node + 1, pulp.LpInteger)
             r = _var(prob, f"node_r_k{k}_{t}", 0, node - 1)
             prob += _lin([*cum, (q, float(node)), (r, 1.0)]) == inv_t, f"offset_k{k}_{t}"
-            if bt[(k, j)]:
-                pairs = [(r, 1.0)] + [(x[a], float(min(size[a], node))) for a in bt[(k, j)]]
+            if of[(k, j)]:
+                pairs = [(r, 1.0)] + [(x[a], float(min(arcs.size[a], node))) for a in of[(k, j)]]
                 prob += _lin(pairs) <= node, f"align_k{k}_{t}"
+    arcs.class_arcs.update(
+        {(k, j): [a for a in by_slot[k - 1] if arcs.cls[a] == j] for k in range(1, P) for j in range(len(sub.classes))}
+    )
 
-    # class indicators (as expressions) of slot k, for the p2p of slot k+1
-    cls_members = {
-        (k, j): [a for a in by_slot[k - 1] if cls[a] == j] for k in range(1, P) for j in range(len(sub.classes))
-    }
+
+# ------------------------------------------------------------------------------------------ times
+def _times(prob: pulp.LpProblem, dm: DepthModel, arcs: _Arcs, tu: float) -> dict[str, Any]:
+    """Stage times with the boundary's p2p (big-M on the next slot's link class), ``tau_max`` and
+    ``sigma``; the lower-bound cuts, symmetry and cross-type rows; the objective and the cutoff."""
+    sub, x, by_slot, opt, P = dm.sub, arcs.x, arcs.by_slot, arcs.opt, dm.P
     TM = (dm.time / tu).tolist()
     SY = (dm.sync / tu).tolist()
     PP = (sub.p2p / tu).tolist()
@@ -221,7 +268,7 @@ def build(model: DepthModel) -> tuple[pulp.LpProblem, dict[str, Any], float]:
     for k in range(2, P + 1):
         p[k] = _var(prob, f"p2p_k{k}", 0)
         for j in range(len(sub.classes)):
-            below = cls_members[(k - 1, j)]
+            below = arcs.class_arcs[(k - 1, j)]
             if not below:
                 continue
             big = max((PP[opt[a]][j] for a in by_slot[k - 1]), default=0.0)
@@ -242,28 +289,29 @@ def build(model: DepthModel) -> tuple[pulp.LpProblem, dict[str, Any], float]:
     prob += _lin([(v, 1.0) for v in tau]) >= dm.sum_lo / tu * (1 - 1e-12), "sum_tau_lower"
     prob += _lin([(sigma, 1.0)]) >= dm.sigma_lo / tu * (1 - 1e-12), "sigma_lower"
     for k, i in dm.symmetry:
-        j = int(sub.cls[i])
-        prev = cls_members.get((k - 1, j), [])
+        prev = arcs.class_arcs.get((k - 1, int(sub.cls[i])), [])
         if not prev:
             continue
         here = [a for a in by_slot[k - 1] if opt[a] == i]
         above = [a for a in by_slot[k] if opt[a] == i]
         pairs = [(x[a], float(dm.n[a])) for a in above] + [(x[a], -float(dm.n[a])) for a in here]
-        pairs += [(x[a], float(N)) for a in here] + [(x[a], float(N)) for a in prev]
-        prob += _lin(pairs) <= 2 * N, f"sym_k{k}_o{i}"
+        pairs += [(x[a], float(sub.N)) for a in here] + [(x[a], float(sub.N)) for a in prev]
+        prob += _lin(pairs) <= 2 * sub.N, f"sym_k{k}_o{i}"
     for a, j in dm.forbidden:
-        prev = cls_members.get((int(dm.slot[a]) - 1, j), [])
+        prev = arcs.class_arcs.get((int(dm.slot[a]) - 1, j), [])
         if prev:
             prob += _lin([(x[a], 1.0)] + [(x[b], 1.0) for b in prev]) <= 1, f"cross_type_a{a}_{_class_name(dm, j)}"
+    for name, plus, minus, rhs in dm.rule_rows():  # the runtime's rules between stages
+        prob += _lin([(x[a], 1.0) for a in plus] + [(x[a], -1.0) for a in minus]) <= rhs, name
     obj = _lin([(v, dm.alpha) for v in tau] + [(tmax, dm.beta), (sigma, 1.0)])
     prob += obj
     if math.isfinite(dm.cutoff):
         prob += obj <= dm.cutoff / tu * (1 + 1e-9), "cutoff"
-    roles = {"x": x, "tau": tau, "tau_max": tmax, "sigma": sigma, "p": p}
-    return prob, roles, tu
+    return {"x": x, "tau": tau, "tau_max": tmax, "sigma": sigma, "p": p}
 
 
-def _set_initial(dm: DepthModel, hint: list[int], roles: dict[str, Any], tu: float) -> None:
+# ------------------------------------------------------------------------------------------ hint
+def _hint(dm: DepthModel, hint: list[int], roles: dict[str, Any], tu: float) -> None:
     """Initial values of the main variables on the hint (the rest HiGHS completes)."""
     on = set(hint)
     for a, v in enumerate(roles["x"]):
@@ -289,31 +337,17 @@ def solve_model(
     msg: bool = False,
     **_: Any,
 ) -> SubResult:
+    """Build (structure, layout rules, times), hint, configure, solve and decode one depth model."""
     t0 = time.perf_counter()
     dm = model
     prob, roles, tu = build(dm)
     hint_violations: list[str] | None = None
     if hint is not None:
-        _set_initial(dm, hint, roles, tu)
+        _hint(dm, hint, roles, tu)
         if check_hint:
             hint_violations = violated_rows(prob)
     gap = DEFAULT_GAP if relative_gap is None else float(relative_gap)
-    name = (backend or "highs").lower()
-    thr = int(threads) if threads else min(16, os.cpu_count() or 1)
-    if name == "highs" and not _highs_available():
-        log.warning("HiGHS (highspy) is not available; falling back to CBC")
-        name = "cbc"
-    if name == "highs":
-        # gapAbs=0: HiGHS's default absolute gap would stop tiny models early
-        solver = _HiGHSWarm(msg=msg, timeLimit=time_limit, gapRel=gap, gapAbs=0.0, threads=thr, warm=hint is not None)
-    elif name == "cbc":
-        with warnings.catch_warnings():  # PuLP 3.3 deprecates the bundled CBC; it is still the fallback here
-            warnings.simplefilter("ignore", DeprecationWarning)
-            solver = pulp.PULP_CBC_CMD(
-                msg=msg, timeLimit=time_limit, gapRel=gap, gapAbs=0.0, threads=thr, warmStart=hint is not None
-            )
-    else:
-        raise SolverError(f"unknown MILP backend {backend!r}; use highs or cbc", field="backend")
+    solver, name = _configure(time_limit, threads, gap, backend, msg, hint is not None)
     t_build = time.perf_counter() - t0
     try:
         prob.solve(solver)
@@ -330,6 +364,42 @@ def solve_model(
     }
     if hint_violations is not None:
         stats["hint_violations"] = hint_violations
+    return _decode(prob, name, dm, roles, tu, gap, stats, t0)
+
+
+# ------------------------------------------------------------------------------------------ configure
+def _configure(
+    time_limit: float | None, threads: int | None, gap: float, backend: str | None, msg: bool, warm: bool
+) -> tuple[Any, str]:
+    """The PuLP solver object (HiGHS, or CBC where highspy is missing or asked for) and its name."""
+    name = (backend or "highs").lower()
+    thr = int(threads) if threads else min(16, os.cpu_count() or 1)
+    if name == "highs" and not _highs_available():
+        log.warning("HiGHS (highspy) is not available; falling back to CBC")
+        name = "cbc"
+    if name == "highs":
+        # gapAbs=0: HiGHS's default absolute gap would stop tiny models early
+        return _HiGHSWarm(msg=msg, timeLimit=time_limit, gapRel=gap, gapAbs=0.0, threads=thr, warm=warm), name
+    if name == "cbc":
+        with warnings.catch_warnings():  # PuLP 3.3 deprecates the bundled CBC; it is still the fallback here
+            warnings.simplefilter("ignore", DeprecationWarning)
+            cbc = pulp.PULP_CBC_CMD(msg=msg, timeLimit=time_limit, gapRel=gap, gapAbs=0.0, threads=thr, warmStart=warm)
+        return cbc, name
+    raise SolverError(f"unknown MILP backend {backend!r}; use highs or cbc", field="backend")
+
+
+# ------------------------------------------------------------------------------------------ decode
+def _decode(
+    prob: pulp.LpProblem,
+    name: str,
+    dm: DepthModel,
+    roles: dict[str, Any],
+    tu: float,
+    gap: float,
+    stats: dict[str, Any],
+    t0: float,
+) -> SubResult:
+    """Status, the chosen arcs as stages, and the proven bound back in seconds."""
     status, bound_units = _status(prob, name)
     if name == "highs":
         h = prob.solverModel

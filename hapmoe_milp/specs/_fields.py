@@ -11,6 +11,7 @@ import json
 import math
 import re
 import reprlib
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import yaml
 
 from hapmoe_milp.errors import SpecError
-from hapmoe_milp.limits import SAFE_NAME_PATTERN
+from hapmoe_milp.limits import MAX_SPEC_INT, SAFE_NAME_PATTERN, SPEC_INT_CAPS
 
 _MISSING = object()
 
@@ -61,6 +62,15 @@ class _StrictLoader(_SafeBase):  # type: ignore[misc,valid-type]
                     raise yaml.constructor.ConstructorError(None, None, f"duplicate key {show(key)}", mark)
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+
+
+# YAML 1.1 (PyYAML) reads ``1e-4`` and ``3e9`` as strings: its floats need a dot. YAML 1.2 and every JSON
+# parser read them as numbers, and so do people writing a gap or a bandwidth; so do we.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
 
 
 def _strict_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -190,7 +200,28 @@ def load_document(path: str | Path) -> dict[str, Any]:
     return doc
 
 
+def nesting(text: str, open_: str = "(", close: str = ")") -> int:
+    """The deepest nesting of ``open_``/``close`` in ``text``, counted before any parser recurses into it (a
+    recursive-descent parser meets Python's stack limit at a few hundred levels)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch == open_:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == close:
+            depth -= 1
+    return deepest
+
+
 _SAFE_NAME_RE = re.compile(SAFE_NAME_PATTERN)
+
+
+def _show_int(v: int) -> str:
+    """An integer for a message: digits up to 18 of them, else its magnitude (a 5,000-digit value is not
+    printed, nor converted to text: Python refuses to above 4,300 digits)."""
+    if abs(v) < 10**18:
+        return str(v)
+    return f"{'-' if v < 0 else ''}2^{abs(v).bit_length() - 1} or more"
 
 
 def check_name(name: Any, source: str | None, fld: str) -> str:
@@ -271,12 +302,29 @@ class Fields:
                 raise self.err(key, f"must be an integer, got {show(v)}")
         if minimum is not None and v < minimum:
             word = "positive" if minimum == 1 else "0 or positive" if minimum == 0 else f">= {minimum}"
-            raise self.err(key, f"must be {word}, got {show(v)}")
-        if maximum is not None and v > maximum:
-            raise self.err(key, f"{show(v)} exceeds the supported maximum of {maximum:,}")
+            raise self.err(key, f"must be {word}, got {_show_int(v)}")
+        # a cap by name (limits.SPEC_INT_CAPS: Megatron's and Hugging Face's names alike), else the generic one
+        cap = maximum if maximum is not None else SPEC_INT_CAPS.get(key, MAX_SPEC_INT)
+        if v > cap:
+            raise self.err(key, f"{_show_int(v)} exceeds the supported maximum of {cap:,}")
+        if minimum is None and v < -MAX_SPEC_INT:
+            raise self.err(key, f"{_show_int(v)} is below the supported minimum of {-MAX_SPEC_INT:,}")
         return v
 
-    def float_(self, key: str, default: Any = _MISSING, *, positive: bool = True, allow_zero: bool = False) -> Any:
+    def float_(
+        self,
+        key: str,
+        default: Any = _MISSING,
+        *,
+        positive: bool = True,
+        allow_zero: bool = False,
+        within: tuple[float, float] | None = None,
+        unit: str = "",
+    ) -> Any:
+        """A finite number; ``within=(lo, hi)`` is its physical range (limits.RANGE_*), inclusive.
+
+        Denormal numbers (0 < |v| < 2.2e-308) are refused everywhere: no physical input is one, and they
+        turn into infinities or zeros at the first division."""
         v = self.raw(key, default)
         if v is default and default is not _MISSING:
             return v
@@ -288,8 +336,13 @@ class Fields:
             v = math.inf
         if not math.isfinite(v):
             raise self.err(key, f"must be finite, got {v}")
+        if v != 0 and abs(v) < sys.float_info.min:
+            raise self.err(key, f"{v:g} is a denormal number, not a physical value")
         if positive and (v < 0 or (v == 0 and not allow_zero)):
             raise self.err(key, f"must be {'non-negative' if allow_zero else 'positive'}, got {v:g}")
+        if within is not None and not within[0] <= v <= within[1]:
+            u = f" {unit}" if unit else ""
+            raise self.err(key, f"{v:g}{u} is outside the physical range [{within[0]:g}, {within[1]:g}]{u}")
         return v
 
     def list_(self, key: str, default: Any = _MISSING) -> Any:
@@ -308,6 +361,8 @@ class Fields:
 
     def choice(self, key: str, choices: Sequence[str], default: Any = _MISSING) -> Any:
         v = self.str_(key, default)
+        if v is default and default is not _MISSING:
+            return v
         if v not in choices:
             raise self.err(key, f"must be one of {', '.join(choices)}, got {show(v)}")
         return v

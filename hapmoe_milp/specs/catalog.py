@@ -49,6 +49,17 @@ class Catalog:
     devices_dirs: tuple[Path, ...] = ()
     use_calibrated: bool = True
 
+    def __post_init__(self) -> None:
+        # an extra folder is searched first: a typo in its name must not silently fall back to the shipped tables
+        for d in self.devices_dirs:
+            try:
+                ok, exists = Path(d).is_dir(), Path(d).exists()
+            except (OSError, ValueError):
+                ok, exists = False, False
+            if not ok:
+                what = "is not a folder" if exists else "no such folder"
+                raise SpecError(f"{d}: {what} (a folder of device tables)", field="devices_dirs")
+
     @property
     def models_dir(self) -> Path:
         return self.root / "models"
@@ -71,7 +82,7 @@ class Catalog:
     def _names(d: Path) -> list[str]:
         if not d.is_dir():
             return []
-        return sorted(p.stem for p in d.glob("*.yaml") if not p.name.startswith("_"))
+        return sorted(p.stem for p in d.glob("*.yaml") if not p.name.startswith("_") and _is_file(p))
 
     def model_names(self) -> list[str]:
         return self._names(self.models_dir)

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from hapmoe_milp.errors import SpecError
-from hapmoe_milp.limits import MAX_DEVICES, MAX_GROUPS
+from hapmoe_milp.limits import (
+    MAX_DEVICES,
+    MAX_GROUPS,
+    RANGE_EFFICIENCY,
+    RANGE_LATENCY_US,
+    RANGE_LINK_GBPS,
+    RANGE_PRICE_PER_HOUR,
+)
 from hapmoe_milp.specs._fields import Fields, check_name, show, spec_hash
 from hapmoe_milp.specs.device import DeviceSpec
 
@@ -171,13 +178,13 @@ def cluster_from_dict(doc: dict[str, Any], source: str, resolve_device: DeviceRe
     cross = CrossLink()
     cf = f.sub("cross_link", None)
     if cf is not None:
-        eff = cf.float_("efficiency", DEFAULT_CROSS_EFFICIENCY)
-        if eff > 1:
-            raise cf.err("efficiency", f"must be a fraction <= 1, got {eff}")
+        eff = cf.float_("efficiency", DEFAULT_CROSS_EFFICIENCY, within=RANGE_EFFICIENCY)
         cross = CrossLink(
             efficiency=eff,
-            latency_us=cf.float_("latency_us", DEFAULT_CROSS_LATENCY_US, allow_zero=True),
-            bandwidth_GBps=cf.float_("bandwidth_GBps", None),
+            latency_us=cf.float_(
+                "latency_us", DEFAULT_CROSS_LATENCY_US, allow_zero=True, within=RANGE_LATENCY_US, unit="us"
+            ),
+            bandwidth_GBps=cf.float_("bandwidth_GBps", None, within=RANGE_LINK_GBPS, unit="GB/s"),
             assumption=cf.str_("assumption", CROSS_ASSUMPTION),
         )
         cf.reject_unknown(allowed_extra=("note", "source"))
@@ -188,7 +195,7 @@ def cluster_from_dict(doc: dict[str, Any], source: str, resolve_device: DeviceRe
         for k in list(pf.doc):
             if str(k) not in types:
                 raise pf.err(str(k), f"no node group of this cluster has device {show(str(k))} ({', '.join(types)})")
-            prices.append((str(k), pf.float_(str(k), allow_zero=True)))
+            prices.append((str(k), pf.float_(str(k), allow_zero=True, within=RANGE_PRICE_PER_HOUR)))
     src = f.raw("sources", [])
     if isinstance(src, str):
         src = [src]

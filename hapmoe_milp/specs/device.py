@@ -12,8 +12,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hapmoe_milp.errors import SpecError
-from hapmoe_milp.limits import MAX_DEVICES_PER_NODE
+from hapmoe_milp.limits import (
+    MAX_DEVICES_PER_NODE,
+    RANGE_EFFICIENCY,
+    RANGE_LINK_GBPS,
+    RANGE_MEMORY_GBPS,
+    RANGE_MEMORY_GIB,
+    RANGE_NIC_GBITPS,
+    RANGE_PEAK_TFLOPS,
+    RANGE_PRICE_PER_HOUR,
+)
 from hapmoe_milp.specs._fields import Fields, check_name, load_document
+from hapmoe_milp.specs.memory_terms import MemoryTerms, memory_terms_from_fields
 from hapmoe_milp.specs.runtime import RuntimeParams, runtime_from_fields
 from hapmoe_milp.specs.tables import Table, table_from_fields
 
@@ -66,6 +76,7 @@ class DeviceSpec:
     calibration: dict[str, Any] = field(default_factory=dict)  # runs, fitted parameters, residuals (calibrated)
     price_per_hour: float | None = None
     origin: str = ""
+    memory: MemoryTerms = field(default_factory=MemoryTerms)  # outside-the-allocator terms (cost/memory.py)
 
     def runtime_basis(self, name: str) -> str:
         """Where a runtime term's value comes from: ``source`` (read off a benchmark), ``derived``,
@@ -155,7 +166,7 @@ def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
     assert peaks_f is not None
     peaks: dict[str, float] = {}
     for k in ("bf16", "fp16", "fp8"):
-        v = peaks_f.float_(k, None)
+        v = peaks_f.float_(k, None, within=RANGE_PEAK_TFLOPS, unit="TFLOP/s")
         if v is not None:
             peaks[k] = v
     peaks_f.reject_unknown(allowed_extra=("note", "tf32", "fp32"))
@@ -165,23 +176,18 @@ def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
     assert intra_f is not None
     intra = IntraNode(
         fabric=intra_f.choice("fabric", FABRICS),
-        per_device_GBps=intra_f.float_("per_device_GBps"),
-        per_pair_GBps=intra_f.float_("per_pair_GBps"),
+        per_device_GBps=intra_f.float_("per_device_GBps", within=RANGE_LINK_GBPS, unit="GB/s"),
+        per_pair_GBps=intra_f.float_("per_pair_GBps", within=RANGE_LINK_GBPS, unit="GB/s"),
     )
     intra_f.reject_unknown(allowed_extra=("note", "tech"))
     if intra.per_pair_GBps > intra.per_device_GBps * 1.0001:
         raise intra_f.err("per_pair_GBps", "cannot exceed per_device_GBps")
     tf = f.sub("tables")
     assert tf is not None
-    gemm = table_from_fields(tf.sub("gemm_efficiency"))  # type: ignore[arg-type]
-    attn = table_from_fields(tf.sub("attention_efficiency"))  # type: ignore[arg-type]
-    attn_b = table_from_fields(tf.sub("attention_bwd_efficiency"))  # type: ignore[arg-type]
-    for t, nm in ((gemm, "gemm_efficiency"), (attn, "attention_efficiency"), (attn_b, "attention_bwd_efficiency")):
-        if max(t.y) > 1.0:
-            raise tf.err(nm, f"efficiencies are fractions of peak and must be <= 1, got {max(t.y)}")
-    mbe = tf.float_("memory_bound_efficiency", None)
-    if mbe is not None and mbe > 1:
-        raise tf.err("memory_bound_efficiency", f"must be a fraction <= 1, got {mbe}")
+    gemm = table_from_fields(tf.sub("gemm_efficiency"), y_range=RANGE_EFFICIENCY)  # type: ignore[arg-type]
+    attn = table_from_fields(tf.sub("attention_efficiency"), y_range=RANGE_EFFICIENCY)  # type: ignore[arg-type]
+    attn_b = table_from_fields(tf.sub("attention_bwd_efficiency"), y_range=RANGE_EFFICIENCY)  # type: ignore[arg-type]
+    mbe = tf.float_("memory_bound_efficiency", None, within=RANGE_EFFICIENCY)
     coll_f = tf.sub("collectives")
     assert coll_f is not None
     colls: dict[str, dict[str, Table]] = {}
@@ -190,7 +196,7 @@ def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
         assert lf is not None
         colls[link] = {}
         for prim in PRIMITIVES:
-            colls[link][prim] = table_from_fields(lf.sub(prim))  # type: ignore[arg-type]
+            colls[link][prim] = table_from_fields(lf.sub(prim), y_range=RANGE_LINK_GBPS)  # type: ignore[arg-type]
         lf.reject_unknown(allowed_extra=("note",))
     coll_f.reject_unknown(allowed_extra=("note",))
     tf.reject_unknown(allowed_extra=("note",))
@@ -222,12 +228,12 @@ def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
         name=f.str_("name"),
         vendor=f.str_("vendor"),
         provenance=prov,
-        memory_gib=f.float_("memory_gib"),
-        memory_bandwidth_GBps=f.float_("memory_bandwidth_GBps"),
+        memory_gib=f.float_("memory_gib", within=RANGE_MEMORY_GIB, unit="GiB"),
+        memory_bandwidth_GBps=f.float_("memory_bandwidth_GBps", within=RANGE_MEMORY_GBPS, unit="GB/s"),
         peak_tflops=peaks,
         devices_per_node=f.int_("devices_per_node", maximum=MAX_DEVICES_PER_NODE),
         intra=intra,
-        nic_Gbps=f.float_("nic_Gbps"),
+        nic_Gbps=f.float_("nic_Gbps", within=RANGE_NIC_GBITPS, unit="Gb/s"),
         gemm_efficiency=gemm,
         attention_efficiency=attn,
         attention_bwd_efficiency=attn_b,
@@ -238,8 +244,9 @@ def device_from_dict(doc: dict[str, Any], source: str) -> DeviceSpec:
         assumptions=tuple(str(s) for s in f.list_("assumptions", [])),
         profiled=profiled,
         calibration=calibration,
-        price_per_hour=f.float_("price_per_hour", None),
+        price_per_hour=f.float_("price_per_hour", None, allow_zero=True, within=RANGE_PRICE_PER_HOUR),
         origin=source,
+        memory=memory_terms_from_fields(f.sub("memory", None)),
     )
     f.reject_unknown(allowed_extra=("notes", "aliases", "confidence"))
     return dev

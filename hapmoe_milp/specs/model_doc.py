@@ -12,8 +12,17 @@ from typing import Any
 
 from hapmoe_milp.config import DISPATCHERS, Settings
 from hapmoe_milp.errors import HapmoeError, SpecError
-from hapmoe_milp.limits import MAX_EXPERTS, MAX_FREQ_EXPR_LEN, MAX_HEADS, MAX_HIDDEN_SIZE, MAX_LAYERS, MAX_VOCAB
-from hapmoe_milp.specs._fields import Fields, check_name, show, spec_hash
+from hapmoe_milp.limits import (
+    MAX_EXPERTS,
+    MAX_EXPR_NESTING,
+    MAX_FREQ_EXPR_LEN,
+    MAX_HEADS,
+    MAX_HIDDEN_SIZE,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    RANGE_PARAMS_B,
+)
+from hapmoe_milp.specs._fields import Fields, check_name, nesting, show, spec_hash
 from hapmoe_milp.specs.model import HYBRID_SYMBOLS, ModelSpec, OfficialCounts, TrainingDefaults
 
 __all__ = ["model_from_dict", "model_hash", "model_to_dict", "validate_model"]
@@ -248,6 +257,9 @@ def _parse_freq_expr(expr: str, f: Fields, key: str = "moe_layer_freq") -> int |
     def fail(msg: str) -> SpecError:
         return f.err(key, f"cannot parse list expression {show(expr)}: {msg}")
 
+    if nesting(text) > MAX_EXPR_NESTING:  # before the recursive parser meets Python's stack limit
+        raise fail(f"parentheses nest deeper than {MAX_EXPR_NESTING} levels")
+
     def parse_int() -> int:
         nonlocal pos
         start = pos
@@ -301,7 +313,7 @@ def _parse_freq_expr(expr: str, f: Fields, key: str = "moe_layer_freq") -> int |
         vals = term()
         while pos < len(text) and text[pos] == "+":
             pos += 1
-            vals = vals + term()
+            vals.extend(term())  # in place: a long sum of terms must not copy the list each time
             if len(vals) > MAX_FREQ_EXPR_LEN:
                 raise fail("expands to too many layers")
         return vals
@@ -361,8 +373,8 @@ def model_from_dict(doc: dict[str, Any], source: str) -> ModelSpec:
     off = f.sub("official", None)
     if off is not None:
         kw["official"] = OfficialCounts(
-            total_b=off.float_("total_b"),
-            active_b=off.float_("active_b"),
+            total_b=off.float_("total_b", within=RANGE_PARAMS_B),
+            active_b=off.float_("active_b", within=RANGE_PARAMS_B),
             active_convention=off.choice(
                 "active_convention", ("all_embeddings", "excl_input_embedding", "non_embedding"), "all_embeddings"
             ),

@@ -9,12 +9,13 @@ slow plans get shipped.
 from __future__ import annotations
 
 import math
+import sys
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hapmoe_milp.errors import SpecError, TableRangeError
-from hapmoe_milp.specs._fields import Fields
+from hapmoe_milp.specs._fields import Fields, show
 
 Extrapolate = Literal["error", "clamp"]
 
@@ -67,7 +68,18 @@ class Table:
         return d
 
 
-def table_from_fields(f: Fields, *, positive_y: bool = True) -> Table:
+def _number(v: Any) -> bool:
+    """A finite number that is not a denormal (which would turn into inf or 0 at the first division)."""
+    return (
+        not isinstance(v, bool)
+        and isinstance(v, (int, float))
+        and math.isfinite(v)
+        and (v == 0 or abs(v) >= sys.float_info.min)
+    )
+
+
+def table_from_fields(f: Fields, *, positive_y: bool = True, y_range: tuple[float, float] | None = None) -> Table:
+    """A table from its fields; ``y_range`` is the physical range of its values (limits.RANGE_*)."""
     xs = f.list_("x")
     ys = f.list_("y")
     if len(xs) != len(ys):
@@ -77,12 +89,14 @@ def table_from_fields(f: Fields, *, positive_y: bool = True) -> Table:
     fx: list[float] = []
     fy: list[float] = []
     for i, (a, b) in enumerate(zip(xs, ys, strict=True)):
-        if isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a) or a <= 0:
-            raise f.err(f"x[{i}]", f"must be a positive number, got {a!r}")
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b):
-            raise f.err(f"y[{i}]", f"must be a number, got {b!r}")
+        if not _number(a) or a <= 0:
+            raise f.err(f"x[{i}]", f"must be a positive number, got {show(a)}")
+        if not _number(b):
+            raise f.err(f"y[{i}]", f"must be a finite number, got {show(b)}")
         if positive_y and b <= 0:
             raise f.err(f"y[{i}]", f"must be positive, got {b!r}")
+        if y_range is not None and not y_range[0] <= b <= y_range[1]:
+            raise f.err(f"y[{i}]", f"{b:g} is outside the physical range [{y_range[0]:g}, {y_range[1]:g}]")
         if fx and a <= fx[-1]:
             raise f.err(f"x[{i}]", "x values must be strictly increasing")
         fx.append(float(a))

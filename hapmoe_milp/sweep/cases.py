@@ -14,13 +14,14 @@ import logging
 import math
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 from hapmoe_milp.config import Settings
 from hapmoe_milp.errors import HapmoeError
-from hapmoe_milp.limits import MAX_DEVICES, MAX_MIX_COUNTS, MAX_SWEEP_CASES
+from hapmoe_milp.limits import MAX_DEVICES, MAX_MIX_COUNTS, MAX_SWEEP_CASES, RANGE_PRICE_PER_HOUR
 from hapmoe_milp.specs.catalog import Catalog
 from hapmoe_milp.specs.cluster import INLINE_RE
 
@@ -193,6 +194,8 @@ def parse_budget(text: str | Budget | None) -> Budget | None:
         if m is None:
             raise HapmoeError(f"cannot parse {part.strip()!r} (expected devices<=N or price<=X)", field="budget")
         key, strict, val = m.group("key"), m.group("op") == "<", float(m.group("val"))
+        if not math.isfinite(val) or 0 < val < sys.float_info.min:
+            raise HapmoeError(f"{part.strip()!r}: the bound must be a finite number", field="budget")
         if key == "devices":
             if val != int(val):
                 raise HapmoeError(f"device budget must be a whole number, got {val:g}", field="budget")
@@ -223,8 +226,11 @@ def parse_prices(text: str | Mapping[str, float] | None) -> dict[str, float]:
             p = float(v)
         except (TypeError, ValueError):
             raise HapmoeError(f"price of {k} is not a number: {v!r}", field="prices") from None
-        if not math.isfinite(p) or p < 0:
-            raise HapmoeError(f"price of {k} must be a non-negative number, got {v!r}", field="prices")
+        lo, hi = RANGE_PRICE_PER_HOUR  # the range a device table's price must lie in
+        if not math.isfinite(p) or not lo <= p <= hi or 0 < p < sys.float_info.min:
+            raise HapmoeError(
+                f"price of {k} must be a number in [{lo:g}, {hi:g}] per device-hour, got {v!r}", field="prices"
+            )
         out[str(k).lower()] = p
     return out
 

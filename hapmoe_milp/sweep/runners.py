@@ -19,7 +19,7 @@ from typing import Any
 
 from hapmoe_milp.config import SOLVERS, check_choice, check_time_limit
 from hapmoe_milp.errors import HapmoeError
-from hapmoe_milp.fileio import OutputError, check_output_dir
+from hapmoe_milp.fileio import OutputError, check_output_dir, check_regular
 from hapmoe_milp.specs.catalog import Catalog
 from hapmoe_milp.specs.cluster import INLINE_RE, ClusterSpec, parse_inline
 from hapmoe_milp.specs.device import DeviceSpec
@@ -203,7 +203,7 @@ def run_sweep(
         if skipped:
             log.info("resume: %d of %d cases already in %s", skipped, len(ordered), out)
         with _Progress(progress and bool(todo), len(todo), f"sweep ({backend})") as bar:
-            sink = Sink(fd, lambda _row: bar.update(sink.ok, sink.errors))
+            sink = Sink(fd, lambda _row: bar.update(sink.ok, sink.errors), str(out))
             if todo:
                 work, failed = _resolve_all(todo, catalog or Catalog())
                 for row in failed:
@@ -259,6 +259,7 @@ def _check_output(out: Path, resume: bool, overwrite: bool) -> Path:
     """The results file can be written, and a non-empty one is only continued or replaced on request."""
     if out.is_dir():
         raise OutputError("is a directory; give a .jsonl file name", source=str(out), field="out_jsonl")
+    check_regular(out, "out_jsonl")
     check_output_dir(out.parent if str(out.parent) else Path("."), "out_jsonl")
     if not resume and out.exists() and out.stat().st_size > 0 and not overwrite:
         raise OutputError(

@@ -24,7 +24,7 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from hapmoe_milp.config import Family, Settings
+from hapmoe_milp.config import RECOMPUTE_LEVELS, Family, Settings
 from hapmoe_milp.errors import InfeasibleError
 from hapmoe_milp.instance import Instance, Option, StageEval, aligned, build_instances, groups
 from hapmoe_milp.plan import Plan, Stage
@@ -121,7 +121,7 @@ def _solve_group(
     shapes: dict[tuple, list[Option]] = {}
     for o in options:
         shapes.setdefault((o.device, o.cfg), []).append(o)
-    order = {"none": 0, "selective": 1, "full": 2}
+    order = {lv: i for i, lv in enumerate(RECOMPUTE_LEVELS)}
     shape_list = [sorted(v, key=lambda o: order[o.recompute]) for v in shapes.values()]
 
     # Lower bound on what the layers [0, s) still cost: per layer, the fewest device-seconds any option
