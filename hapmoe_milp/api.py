@@ -151,7 +151,14 @@ def search_spaces(
     out: dict[str, Runtime | None] = {}
     why: list[str] = []
     for rt in found:
-        problem = settings_problem(rt, cluster, settings.precision, settings.dispatcher) or model_problem(rt, model)
+        problem = settings_problem(
+            rt,
+            cluster,
+            settings.precision,
+            settings.dispatcher,
+            settings.overlap_ep_comm and model.is_moe,
+            settings.cuda_graph_scope,
+        ) or model_problem(rt, model)
         if problem is not None:
             if runtime != AUTO:
                 raise SettingsError(problem, field=flag)
@@ -362,29 +369,20 @@ def ep_overlap_applies(m: ModelSpec, st: Settings) -> bool:
 def _alternatives(
     s: Settings, spaces: dict[str, Runtime | None], fsdp_search: bool, overlap_auto: bool
 ) -> list[tuple[Settings, dict[str, Runtime | None]]]:
-    """Settings searched besides ``s``, each over its own space: Megatron-FSDP (``fsdp_search``) and
-    EP-communication overlap (unless the caller chose it), both only on upstream Megatron-LM's space."""
-    space = _upstream_space(spaces)
+    """Settings searched besides ``s``, each over the megatron family's space where its runtime has them:
+    Megatron-FSDP (``fsdp_search``; upstream Megatron-LM, whose ``--use-megatron-fsdp`` our export writes)
+    and EP-communication overlap unless the caller chose it (``Runtime.ep_overlap``). The what-if space
+    (runtime None) has both."""
     out: list[tuple[Settings, dict[str, Runtime | None]]] = []
-    if not space:
+    if "megatron" not in spaces:
         return out
-    if fsdp_search and s.fsdp == "none" and not s.optimizer_offload:
+    rt = spaces["megatron"]
+    space = {"megatron": rt}
+    if fsdp_search and s.fsdp == "none" and not s.optimizer_offload and (rt is None or rt.name == "megatron"):
         out.append((replace(s, fsdp="optim_grads_params"), space))
-    if overlap_auto:
+    if overlap_auto and (rt is None or rt.ep_overlap):
         out.append((replace(s, overlap_ep_comm=True), space))
     return out
-
-
-def _upstream_space(spaces: dict[str, Runtime | None]) -> dict[str, Runtime | None]:
-    """The megatron family's space when its runtime is upstream Megatron-LM or the what-if space; empty
-    otherwise. Upstream has what the alternatives need: ``--use-megatron-fsdp`` (our export writes it) and
-    ``--overlap-moe-expert-parallel-comm`` (TransformerConfig at core_v0.16.0, 3bec9aa9). MindSpeed-LLM's
-    Megatron core_v0.12.1 (a845aa7e) has neither overlap option, and the ROCm fork's pinned arguments were
-    not checked for it, so neither is searched there."""
-    if "megatron" not in spaces:
-        return {}
-    rt = spaces["megatron"]
-    return {"megatron": rt} if rt is None or rt.name == "megatron" else {}
 
 
 def _family_arg(spaces: dict[str, Runtime | None]) -> str:
