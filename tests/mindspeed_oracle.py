@@ -54,6 +54,9 @@ INT_FLAGS = [
 
 STR_FLAGS = ("moe-layer-freq", "optimizer-offload-fraction", "num-layer-list", "tokenizer-type")
 
+# Megatron _add_regularization_args (core_v0.12.1 as everywhere since 2020): dropout probabilities
+FLOAT_FLAGS = ("attention-dropout", "hidden-dropout")
+
 
 BARE_FLAGS = [
     "sequence-parallel",
@@ -109,6 +112,8 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{f}", type=int)
     for f in STR_FLAGS:
         p.add_argument(f"--{f}", type=str)
+    for f in FLOAT_FLAGS:
+        p.add_argument(f"--{f}", type=float)
     for f in BARE_FLAGS:
         p.add_argument(f"--{f}", action="store_true")
     for f, ch in CHOICES.items():

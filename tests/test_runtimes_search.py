@@ -63,6 +63,8 @@ CASES = [
     ((1, 1, 1, 1), 0, False, [("h800", 2, None), ("910b", 2, None)]),
     ((0, 1, 1, 1), 1, False, [("h800", 2, 3.0), ("910b", 2, 3.0)]),
     ((1, 1, 1, 1), 0, True, [("a100", 2, None), ("v100", 2, None)]),
+    # uneven inventory: the free optimum leaves one-stage meshes after the first (FlagScale's offset rule binds)
+    ((0, 1, 1, 1), 1, False, [("h800", 1, None), ("910b", 3, None)]),
 ]
 
 
