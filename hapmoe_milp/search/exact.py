@@ -329,42 +329,22 @@ def solve(
     cluster (``auto``'s runs share one). ``runtimes`` maps a family to the runtime whose rules its plans
     must meet (as for the DP). Extra ``options`` go to the backend (e.g. ``resolution_s``).
     """
-    if solver == "auto":
-        return _solve_auto(
-            model,
-            cluster,
-            settings,
-            family=family,
-            pruning=pruning,
-            time_limit=time_limit,
-            threads=threads,
-            relative_gap=relative_gap,
-            backend=backend,
-            split=split,
-            progress=progress,
-            cost_model=cost_model,
-            runtimes=runtimes,
-            **options,
-        )
-    return _solve_exact(
-        model,
-        cluster,
-        settings,
-        solver=solver,
+    # what both paths take alike; ``auto`` has no hint or instances (its DP makes the hint)
+    common: dict[str, Any] = dict(
         family=family,
         pruning=pruning,
         time_limit=time_limit,
         threads=threads,
         relative_gap=relative_gap,
         backend=backend,
-        hint=hint,
-        instances=instances,
         split=split,
         progress=progress,
         cost_model=cost_model,
         runtimes=runtimes,
-        **options,
     )
+    if solver == "auto":
+        return _solve_auto(model, cluster, settings, **common, **options)
+    return _solve_exact(model, cluster, settings, solver=solver, hint=hint, instances=instances, **common, **options)
 
 
 def _solve_exact(
