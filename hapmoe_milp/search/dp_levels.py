@@ -228,7 +228,7 @@ def run_batch(batch: Batch, best: Best, counter: PruneCounter, clock: Clock) -> 
             break
         ge_keys, s_ge = np.unique(lv.grp * (batch.n_layers + 1) + lv.e, return_inverse=True)
         s_ge = s_ge.ravel()
-        l_cnt, l_start = lv.label_runs()
+        l_start = lv.label_runs()[1]
         mins = [np.minimum.reduceat(x, l_start) for x in (lv.tot, lv.tmx, lv.smx)]
         ge_mins = [_seg_min(m, s_ge, len(ge_keys)) for m in mins]
         bd = batch.bounds(k + 1)  # after this stage, the rest sit k + 1 or more from the end
@@ -239,14 +239,14 @@ def run_batch(batch: Batch, best: Best, counter: PruneCounter, clock: Clock) -> 
         if pairs is None:
             break
         # complete plans first: they tighten the bound for the rest of the level
-        _complete(batch, lv, pairs, l_cnt, l_start, hist, best)
+        _complete(batch, lv, pairs, hist, best)
         rest = np.flatnonzero(pairs["s"] > 0)
         if len(rest) == 0 or k == kmax_all:
             break
         if clock.passed():
             cnt.flush(counter)
             return False
-        lv = _extend(batch, lv, {n: a[rest] for n, a in pairs.items()}, l_cnt, l_start, hist, best, cnt, counter)
+        lv = _extend(batch, lv, {n: a[rest] for n, a in pairs.items()}, hist, best, cnt, counter)
         if lv is None:
             break
     cnt.flush(counter)
@@ -497,8 +497,6 @@ def _complete(
     batch: Batch,
     lv: _Level,
     pairs: dict[str, np.ndarray],
-    l_cnt: np.ndarray,
-    l_start: np.ndarray,
     hist: _History,
     best: Best,
 ) -> None:
@@ -506,6 +504,7 @@ def _complete(
     fi = np.flatnonzero(pairs["s"] == 0)
     if not len(fi):
         return
+    l_cnt, l_start = lv.label_runs()
     S = pairs["S"]
     own, off = _ranges(l_cnt[S[fi]])
     pair = fi[own]
@@ -530,8 +529,6 @@ def _extend(
     batch: Batch,
     lv: _Level,
     pairs: dict[str, np.ndarray],
-    l_cnt: np.ndarray,
-    l_start: np.ndarray,
     hist: _History,
     best: Best,
     cnt: _Counts,
@@ -540,6 +537,7 @@ def _extend(
     """Extend every label of each pair's state by the pair's stage (chunk by chunk), keep the labels that
     can still win and each next state's Pareto front: the next level."""
     pr = batch.subs[0].inst.pruning
+    l_cnt, l_start = lv.label_runs()
     T, N, G = len(batch.types), batch.n_layers, batch.n_groups
     inv, node = batch.inv, batch.node
     S, row, grp, s, typ, gsz = (pairs[n] for n in ("S", "row", "grp", "s", "typ", "gsz"))
