@@ -73,7 +73,7 @@ def snapshot(d: Path) -> dict[str, tuple[int, str]]:
     return out
 
 
-def run_bad(argv: list[str], where: Path, capsys: Any, *names: str) -> str:
+def run_bad(argv: list[str], where: Path, capsys: Any, *names: str, only_line: bool = False) -> str:
     """Run the CLI on ``argv`` in folder ``where``; assert the bad-input promises; return the error line.
 
     ``validate`` reports every broken rule of a well-formed plan, one ``error: ... [rule]`` line each (that
@@ -98,6 +98,8 @@ def run_bad(argv: list[str], where: Path, capsys: Any, *names: str) -> str:
         assert name in line, f"{argv}: {name!r} not in {line!r}"
     assert out == "", f"{argv}: stdout must stay empty on error, got {out[:300]!r}"
     assert snapshot(where) == before, f"{argv}: the folder changed"
+    if only_line:
+        assert err.splitlines() == [line], f"{argv}: stderr must be the one error line, got:\n{err}"
     return line
 
 
@@ -246,7 +248,7 @@ FLAG_CASES += [
     ([*EST, "--gbs", "16777216", "--simulate"], "--simulate"),
     (["compare", "-m", "mixtral-s", "-c", "16-1", "--against", "megatron", "--time-limit", "1e-9"], "--time-limit"),
 ]
-# usage errors: the usage line, one error line, exit 2
+# usage errors: one error line (pointing at --help), exit 2
 USAGE_CASES: list[tuple[list[str], str]] = [
     ([], "command"),
     (["frobnicate"], "frobnicate"),
@@ -268,6 +270,12 @@ USAGE_CASES: list[tuple[list[str], str]] = [
 )
 def test_bad_flags(argv: list[str], name: str, tmp_path: Path, capsys: Any) -> None:
     run_bad(argv, tmp_path, capsys, name)
+
+
+@pytest.mark.parametrize(("argv", "name"), USAGE_CASES, ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_usage_errors_are_one_line(argv: list[str], name: str, tmp_path: Path, capsys: Any) -> None:
+    """No usage banner, no hint line: stderr is the one error line, as for every other bad input."""
+    run_bad(argv, tmp_path, capsys, name, only_line=True)
 
 
 @pytest.mark.parametrize("cmd", ["solve", "sweep"])

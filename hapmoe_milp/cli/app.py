@@ -73,17 +73,14 @@ def _one_line(text: str) -> str:
 
 
 def _usage_error(exc: Any) -> int:
-    """A command-line usage error: the usage line, one ``error:`` line, a hint; exit status 2."""
+    """A command-line usage error: one ``error:`` line (what is wrong, then where the help is); exit status 2.
+    One line like every other bad input, so a script reading stderr sees the same shape whatever went wrong."""
     ctx = getattr(exc, "ctx", None)
+    path = ctx.command_path if ctx is not None else "hapmoe-milp"
     if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
-        typer.echo(ctx.get_usage(), err=True)
-        typer.echo(f"error: missing command; run '{ctx.command_path} --help' for the list", err=True)
+        typer.echo(f"error: missing command; run '{path} --help' for the list", err=True)
         return 2
-    if ctx is not None:
-        typer.echo(ctx.get_usage(), err=True)
-    typer.echo(f"error: {_one_line(exc.format_message())}", err=True)
-    if ctx is not None:
-        typer.echo(f"Try '{ctx.command_path} --help' for help.", err=True)
+    typer.echo(f"error: {_one_line(exc.format_message())} (see '{path} --help')", err=True)
     code = getattr(exc, "exit_code", 2)
     return code if isinstance(code, int) and code else 2
 

@@ -51,6 +51,10 @@ def diagnose(
     # layers of each kind in [0, x): a window's memory is its kind counts times the per-kind bytes
     count = np.array([[0, *np.cumsum([1 if x == k else 0 for x in kinds])] for k in kind_set])
     stopped = False
+    # the whole cluster's memory against the model's: each layer on its leanest option (bytes per device times
+    # the devices of its stage), a necessary condition that names the shortfall when no stage is the culprit
+    lean = {k: math.inf for k in kind_set}
+    usable: dict[str, float] = {}
     for fam in families:
         for step in steps:
             if step > total * settings.micro_batch_size:
@@ -61,6 +65,10 @@ def diagnose(
             opts = build_options(model, cluster, cm, fam, step, Pruning.off(), PruneCounter())
             for o in opts:
                 any_option = True
+                usable[o.device] = max(usable.get(o.device, 0.0), o.capacity)
+                for k in kind_set:
+                    c = o.per_kind[k]  # type: ignore[index]
+                    lean[k] = min(lean[k], (c.weights + c.act) * o.devices)
                 share = max(1, math.ceil(n_layers * o.devices / total))
                 per_layer = np.array([o.per_kind[k].weights + o.per_kind[k].act for k in kind_set])  # type: ignore[index]
                 # the cheapest-in-memory window of `share` consecutive layers
@@ -90,6 +98,16 @@ def diagnose(
             constraint="divisibility",
         )
     assert worst is not None
+    need = sum(kinds.count(k) * lean[k] for k in kind_set)
+    have = sum(usable.get(d, 0.0) * n for d, n in cluster.inventory.items())
+    if not stopped and need > have:
+        return InfeasibleError(
+            f"memory: {model.name} needs at least {need / GIB:,.0f} GiB across the cluster (every layer's weights, "
+            f"optimizer state and one micro-batch of activations, each on its leanest stage option), and "
+            f"{cluster.name} has {have / GIB:,.0f} GiB usable on {total} devices (cost/memory.py); use more "
+            "devices" + ("" if settings.optimizer_offload else " or try --optimizer-offload"),
+            constraint="memory",
+        )
     partial = " (the closest case among the micro-batch sizes checked before the time limit)" if stopped else ""
     if worst[0] > 1.0:
         hint = "" if settings.optimizer_offload else "; try --optimizer-offload"
