@@ -19,6 +19,7 @@ from hapmoe_milp.config import (
     check_choice,
     check_solver_options,
     check_time_limit,
+    graph_parts,
     make_settings,
 )
 from hapmoe_milp.cost.estimate import Estimate, estimate
@@ -150,7 +151,14 @@ def search_spaces(
     out: dict[str, Runtime | None] = {}
     why: list[str] = []
     for rt in found:
-        problem = settings_problem(rt, cluster, settings.precision, settings.dispatcher) or model_problem(rt, model)
+        problem = settings_problem(
+            rt,
+            cluster,
+            settings.precision,
+            settings.dispatcher,
+            settings.overlap_ep_comm and model.is_moe,
+            settings.cuda_graph_scope,
+        ) or model_problem(rt, model)
         if problem is not None:
             if runtime != AUTO:
                 raise SettingsError(problem, field=flag)
@@ -215,6 +223,10 @@ def solve(
     ``optimizer_offload="auto"`` first searches with optimizer states on the device and, only if nothing
     fits, again with them offloaded to host memory (as HAPMoE does for Mixtral-L on small clusters).
     ``export`` (a runtime name) restricts the search to plans that runtime runs.
+    EP-communication overlap not given (no ``settings``, ``overlap_ep_comm`` None) is a searched choice for
+    MoE models: the plan is searched without and with it (the latter over the megatron family's plans
+    Megatron can overlap, where upstream Megatron-LM runs that family) and the faster one is kept, with its
+    setting.
     ``progress`` is called at coarse points (per instance / sub-model) with a ``ProgressEvent``.
     """
     check_choice("solver", solver, SOLVERS)
@@ -232,23 +244,23 @@ def solve(
             tries.append(replace(st, optimizer_offload=True))
     else:
         tries = [replace(st, optimizer_offload=bool(optimizer_offload))]
+    overlap_auto = settings is None and settings_kw.get("overlap_ep_comm") is None and ep_overlap_applies(m, st)
     last: Solution | None = None
     t0 = time.perf_counter()
     # one cost model for every try: the offload retry re-prices only weights and optimizer terms
     cm = CostModel(m, c, tries[0])
     for s in tries:
-        # one time limit for the whole solve: the optimizer-offload retry gets what the first try left
+        # one time limit for the whole solve: every later try gets what the earlier ones left
         left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
         opts = {**options, "cost_model": cm.for_settings(s)}
         sol = _run_solver(m, c, s, solver, spaces, pruning, left, opts, progress)
-        fsdp_space = _fsdp_space(spaces)
-        if fsdp_search and fsdp_space and s.fsdp == "none" and not s.optimizer_offload:
+        for s_alt, space in _alternatives(s, spaces, fsdp_search, overlap_auto):
             left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
-            s_f = replace(s, fsdp="optim_grads_params")
-            # FSDP changes more than the offload terms a shared cost model re-prices: its own cost model
-            alt = _run_solver(m, c, s_f, solver, fsdp_space, pruning, left, options, progress)
+            # FSDP and EP overlap change more than the offload terms a shared cost model re-prices: each
+            # alternative prices with its own cost model
+            alt = _run_solver(m, c, s_alt, solver, space, pruning, left, options, progress)
             if alt.plan is not None and (sol.plan is None or alt.objective_s < sol.objective_s):
-                sol, s = alt, s_f
+                sol, s = alt, s_alt
         last = sol
         if sol.plan is not None:
             out = finalize(sol, m, c, s)
@@ -344,13 +356,33 @@ def idle_warning(sol: Solution, cluster: ClusterSpec) -> str | None:
     )
 
 
-def _fsdp_space(spaces: dict[str, Runtime | None]) -> dict[str, Runtime | None]:
-    """The megatron family's space when its runtime runs Megatron-FSDP (upstream Megatron-LM, whose
-    ``--use-megatron-fsdp`` our export writes, or the what-if space); empty otherwise."""
+def ep_overlap_applies(m: ModelSpec, st: Settings) -> bool:
+    """Whether ``solve`` searches EP-communication overlap both ways: an MoE model on a dispatcher Megatron
+    overlaps (alltoall, flex) with at most one MTP layer (export rule ``rule_ep_overlap_requirements``), and no CUDA graph Megatron refuses with it (only Transformer
+    Engine graphs, not of ``moe`` or ``mlp``: TransformerConfig.__post_init__ at core_v0.16.0)."""
+    graphs_ok = st.cuda_graph_scope == "none" or (
+        st.cuda_graph_scope != "layer" and not {"moe", "mlp"} & graph_parts(st.cuda_graph_scope)
+    )
+    return m.is_moe and st.dispatcher in ("alltoall", "flex") and m.mtp_num_layers <= 1 and graphs_ok
+
+
+def _alternatives(
+    s: Settings, spaces: dict[str, Runtime | None], fsdp_search: bool, overlap_auto: bool
+) -> list[tuple[Settings, dict[str, Runtime | None]]]:
+    """Settings searched besides ``s``, each over the megatron family's space where its runtime has them:
+    Megatron-FSDP (``fsdp_search``; upstream Megatron-LM, whose ``--use-megatron-fsdp`` our export writes)
+    and EP-communication overlap unless the caller chose it (``Runtime.ep_overlap``). The what-if space
+    (runtime None) has both."""
+    out: list[tuple[Settings, dict[str, Runtime | None]]] = []
     if "megatron" not in spaces:
-        return {}
+        return out
     rt = spaces["megatron"]
-    return {"megatron": rt} if rt is None or rt.name == "megatron" else {}
+    space = {"megatron": rt}
+    if fsdp_search and s.fsdp == "none" and not s.optimizer_offload and (rt is None or rt.name == "megatron"):
+        out.append((replace(s, fsdp="optim_grads_params"), space))
+    if overlap_auto and (rt is None or rt.ep_overlap):
+        out.append((replace(s, overlap_ep_comm=True), space))
+    return out
 
 
 def _family_arg(spaces: dict[str, Runtime | None]) -> str:

@@ -68,6 +68,10 @@ PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
 #: Blackwell). Delayed scaling is left out: Megatron rejects it with the selective recompute we export.
 FP8_RECIPES: tuple[str, ...] = ("tensorwise", "blockwise", "mxfp8")
 DISPATCHERS: tuple[str, ...] = ("allgather", "alltoall", "flex")
+#: CUDA-graph capture scopes (Megatron ``--cuda-graph-scope`` with ``--cuda-graph-impl transformer_engine``);
+#: ``layer`` is Megatron's local whole-layer capture (``--cuda-graph-impl local``, no scope), ``none`` eager.
+CUDA_GRAPH_PARTS: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
+CUDA_GRAPH_WHOLE: tuple[str, ...] = ("none", "layer")
 #: The searches a user can ask for by name: the pruned DP, and the exact backends (``auto`` lets the
 #: exact front end pick and chain them). Written once; the API, presets, sweeps and the CLI check against it.
 EXACT_SOLVERS: tuple[str, ...] = ("cpsat", "milp", "auto")
@@ -133,6 +137,34 @@ def check_choice(name: str, v: Any, choices: tuple[str, ...]) -> str:
     if not isinstance(v, str) or v not in choices:
         raise SettingsError(f"must be one of {', '.join(choices)}, got {_show(v)}", field=name)
     return v
+
+
+def check_graph_scope(v: Any) -> str:
+    """``none``, ``layer``, or captured parts (comma-separated, any order); returned in canonical order."""
+    if not isinstance(v, str) or not v.strip():
+        raise SettingsError(
+            f"must be none, layer or a comma-separated list of {', '.join(CUDA_GRAPH_PARTS)}, got {_show(v)}",
+            field="cuda_graph_scope",
+        )
+    parts = [p.strip() for p in v.split(",") if p.strip()]
+    if len(parts) == 1 and parts[0] in CUDA_GRAPH_WHOLE:
+        return parts[0]
+    bad = [p for p in parts if p not in CUDA_GRAPH_PARTS]
+    if bad:
+        raise SettingsError(
+            f"unknown scope {bad[0]!r}: use none, layer or parts of {', '.join(CUDA_GRAPH_PARTS)}",
+            field="cuda_graph_scope",
+        )
+    return ",".join(p for p in CUDA_GRAPH_PARTS if p in parts)
+
+
+def graph_parts(scope: str) -> frozenset[str]:
+    """The captured parts of a checked scope (``layer`` captures every part)."""
+    if scope == "none":
+        return frozenset()
+    if scope == "layer":
+        return frozenset(CUDA_GRAPH_PARTS)
+    return frozenset(scope.split(","))
 
 
 def check_bool(name: str, v: Any) -> bool:
@@ -279,6 +311,11 @@ class Settings:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     overlap_ep_comm: bool = False
+    # TP all-gather/reduce-scatter overlapped with the GEMMs they feed (Megatron --tp-comm-overlap with
+    # Transformer Engine userbuffers; MindSpeed --use-mc2 fuses them into the matmul kernels)
+    tp_comm_overlap: bool = False
+    # CUDA graphs: "none", "layer" (whole layers) or a comma-separated list of CUDA_GRAPH_PARTS
+    cuda_graph_scope: str = "none"
     # The capacity rule: a rank fits when allocated * (1 + fragmentation) + context + buffers <= capacity *
     # (1 - memory_headroom) (cost/memory.py). Default 0: fragmentation, context and DeepEP buffers are named
     # device terms, and public runs used up to 99.4% of the visible memory (GLM-5.2 on H100, device-level peak
@@ -336,7 +373,14 @@ def _checked(s: Settings) -> dict[str, Any]:
             "offload_adam_params_per_s", s.offload_adam_params_per_s, 0.0, 1e15, lo_open=True
         ),
     }
-    for name in ("distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather", "overlap_ep_comm"):
+    out["cuda_graph_scope"] = check_graph_scope(s.cuda_graph_scope)
+    for name in (
+        "distributed_optimizer",
+        "overlap_grad_reduce",
+        "overlap_param_gather",
+        "overlap_ep_comm",
+        "tp_comm_overlap",
+    ):
         out[name] = check_bool(name, getattr(s, name))
     out["optimizer_offload"] = check_bool("optimizer_offload", s.optimizer_offload)
     for name in ("grad_reduce_in_bf16", "fp8_param_gather", "dropout"):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hapmoe_milp.config import RECOMPUTE_LEVELS, Family, ParallelConfig, Settings
+from hapmoe_milp.config import RECOMPUTE_LEVELS, Family, ParallelConfig, Settings, parse_recompute
 from hapmoe_milp.cost.model import CostModel, LayerCost
 from hapmoe_milp.cost.pipeline import in_flight, pipeline_coefficients
 from hapmoe_milp.plan import Plan, Stage
@@ -469,9 +469,13 @@ def build_instances(
     cm = cost_model or CostModel(model, cluster, settings)
     cache: dict[tuple[int, int], list[ParallelConfig]] = {}
     lead = vpp_lead(model)
+    overlap = settings.overlap_ep_comm and model.is_moe
     for step in micro_batch_steps(model, cluster, settings, family, cache):
         counter = PruneCounter()
         opts = build_options(model, cluster, cm, family, step, pr, counter, cache, runtime)
+        plain = opts
+        if overlap:
+            opts, plain = _ep_overlap_options(opts, model, cluster.world_size, counter)
         if not opts:
             continue
         base = Instance(
@@ -481,19 +485,44 @@ def build_instances(
             family=family,
             samples_per_mb=step,
             num_microbatches=settings.global_batch_size // step,
-            options=opts,
+            options=plain,
             cost_model=cm,
             pruning=pr,
             counter=counter,
             runtime=runtime,
         )
-        yield base
+        if plain:
+            yield base
         if family != "megatron" or lead is None:
             continue
         for v in range(2, max_vpp + 1):
-            inst = replace(base, vpp=v, counter=PruneCounter())
+            inst = replace(base, vpp=v, options=opts, counter=PruneCounter())
             if inst.vpp_depths():
                 yield inst
+
+
+def _ep_overlap_options(
+    opts: list[Option], model: ModelSpec, world: int, counter: PruneCounter
+) -> tuple[list[Option], list[Option]]:
+    """The options Megatron's EP-communication overlap can run (``--overlap-moe-expert-parallel-comm``,
+    export rule ``rule_ep_overlap_requirements``; TransformerConfig at core_v0.16.0): EP > 1 and no full
+    recompute of any method; no ``moe`` recompute module either (refused by core_v0.19's check, kept out
+    here so a plan runs on both). With PP > 1 it needs virtual stages, so the plain 1F1B instance keeps only
+    whole-cluster stages (a single-stage plan), and none for a model with an MTP layer (which needs PP > 1).
+    Returns (options for interleaved instances, options for the plain instance), each indexed from 0."""
+
+    def runs(o: Option) -> bool:
+        spec = parse_recompute(o.recompute)
+        return o.cfg.ep > 1 and spec.granularity != "full" and "moe" not in spec.modules
+
+    ok = [o for o in opts if runs(o)]
+    counter.add("ep_overlap", len(opts) - len(ok))
+    whole = [o for o in ok if o.devices == world] if model.mtp_num_layers == 0 else []
+
+    def indexed(xs: list[Option]) -> list[Option]:
+        return [replace(o, index=i) for i, o in enumerate(xs)]
+
+    return indexed(ok), indexed(whole)
 
 
 def vpp_lead(model: ModelSpec) -> int | None:

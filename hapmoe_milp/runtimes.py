@@ -92,7 +92,9 @@ class Runtime:
     - ``hybrid``: it builds hybrid (Mamba) models (Megatron's ``pretrain_mamba.py``), which then run
       without virtual pipeline stages (Megatron's MambaStack).
 
-    Settings-facing fields: ``fp8_vendors``, ``dispatchers``, ``recompute_modules``.
+    Settings-facing fields: ``fp8_vendors``, ``dispatchers``, ``recompute_modules``; ``ep_overlap``: it has
+    ``--overlap-moe-expert-parallel-comm``; ``cuda_graphs``: it has ``--cuda-graph-impl``/``--cuda-graph-scope``
+    (where its upstream version was not checked for one, False).
     ``cites`` maps every field name above (and ``vendors``) to its :class:`Source`, and records what all
     four share: ETP set independently of TP (``etp``) and optimizer CPU offload (``optimizer_offload``).
     """
@@ -115,6 +117,8 @@ class Runtime:
     fp8_vendors: frozenset[str]
     dispatchers: tuple[str, ...]
     recompute_modules: tuple[str, ...]
+    ep_overlap: bool
+    cuda_graphs: bool
     cites: Mapping[str, Source] = field(default_factory=dict, compare=False)
 
     @property
@@ -160,6 +164,8 @@ SEARCH_FIELDS = (
     "fp8_vendors",
     "dispatchers",
     "recompute_modules",
+    "ep_overlap",
+    "cuda_graphs",
 )
 
 
@@ -205,9 +211,23 @@ MEGATRON = Runtime(
     fp8_vendors=frozenset({"nvidia"}),
     dispatchers=("allgather", "alltoall", "flex"),
     recompute_modules=RECOMPUTE_MODULES,
+    ep_overlap=True,
+    cuda_graphs=True,
     cites={
         **_megatron_cites(_MG, MEGATRON_COMMIT),
         "vendors": Source(_MG, MEGATRON_COMMIT, "README.md", "CUDA GPUs; Transformer Engine for FP8"),
+        "ep_overlap": Source(
+            _MG,
+            MEGATRON_COMMIT,
+            "megatron/core/transformer/transformer_config.py",
+            "overlap_moe_expert_parallel_comm and its checks",
+        ),
+        "cuda_graphs": Source(
+            _MG,
+            MEGATRON_COMMIT,
+            "megatron/core/transformer/transformer_config.py",
+            "cuda_graph_impl local|transformer_engine, cuda_graph_scope",
+        ),
         "fp8_vendors": Source(_MG, MEGATRON_COMMIT, _MG_ARGS, "--fp8-format through Transformer Engine (CUDA)"),
     },
 )
@@ -234,8 +254,12 @@ ROCM = Runtime(
     fp8_vendors=frozenset({"amd"}),
     dispatchers=("allgather", "alltoall"),
     recompute_modules=RECOMPUTE_MODULES,
+    ep_overlap=False,
+    cuda_graphs=False,
     cites={
         **_megatron_cites(_RC, ROCM_COMMIT),
+        "ep_overlap": Source(_RC, ROCM_COMMIT, _MG_ARGS, "not checked there for --overlap-moe-expert-parallel-comm"),
+        "cuda_graphs": Source(_RC, ROCM_COMMIT, _MG_ARGS, "not checked there for --cuda-graph-impl (HIP graphs)"),
         "vendors": Source(_RC, ROCM_EXAMPLE, "examples/mixtral/train_mixtral_moe.sh", "HIP/RCCL environment"),
         "fp8_vendors": Source(_RC, ROCM_EXAMPLE, "examples/mixtral/train_mixtral_moe.sh", "PR=fp8: --fp8-format hybrid"),
         "dispatchers": Source(_RC, ROCM_EXAMPLE, "examples/mixtral/train_mixtral_moe.sh",
@@ -265,8 +289,13 @@ MINDSPEED = Runtime(
     fp8_vendors=frozenset(),
     dispatchers=("allgather", "alltoall"),
     recompute_modules=("layernorm", "moe_act"),
+    ep_overlap=False,
+    cuda_graphs=False,
     cites={
         **_megatron_cites(_MG, MEGATRON_012),
+        "ep_overlap": Source(_MG, MEGATRON_012, "megatron/core/transformer/transformer_config.py",
+                             "no overlap_moe_expert_parallel_comm at core_v0.12.1"),
+        "cuda_graphs": Source(_MG, MEGATRON_012, _MG_ARGS, "no --cuda-graph-impl at core_v0.12.1; NPUs run no CUDA graphs"),
         "vendors": Source(_MS, MINDSPEED_COMMIT, "README.md", "Ascend NPUs, Megatron core_v0.12.1"),
         "vpp": Source(_MS, MINDSPEED_COMMIT, "mindspeed_llm/features_manager/pipeline_parallel/num_layer_list.py",
                       "--num-layer-list and a virtual pipeline cannot be enabled at the same time"),
@@ -309,6 +338,9 @@ _FS_CITES = {
     "optimizer_offload": Source(_FS, FLAGSCALE_COMMIT, "flagscale/backends/Megatron-LM",
                                 "pinned Megatron 8479eb35 (core 0.15) has --optimizer-cpu-offload"),
     "recompute_modules": Source(_FS, FLAGSCALE_COMMIT, "flagscale/backends/Megatron-LM", "core 0.15 --recompute-modules"),
+    "ep_overlap": Source(_FS, FLAGSCALE_COMMIT, _FS_ARGS,
+                         "not checked with heterogeneous meshes (the pinned core has the flag)"),
+    "cuda_graphs": Source(_FS, FLAGSCALE_COMMIT, _FS_ARGS, "not checked with heterogeneous meshes"),
 }  # fmt: skip
 
 FLAGSCALE = Runtime(
@@ -330,6 +362,8 @@ FLAGSCALE = Runtime(
     fp8_vendors=frozenset({"nvidia"}),
     dispatchers=("allgather", "alltoall"),
     recompute_modules=RECOMPUTE_MODULES,
+    ep_overlap=False,
+    cuda_graphs=False,
     cites=_FS_CITES,
 )
 
@@ -361,7 +395,14 @@ def runtimes_for(cluster: ClusterSpec) -> list[Runtime]:
     return [r for r in RUNTIMES.values() if r.runs_vendors(vendors)]
 
 
-def settings_problem(rt: Runtime, cluster: ClusterSpec, precision: str, dispatcher: str) -> str | None:
+def settings_problem(
+    rt: Runtime,
+    cluster: ClusterSpec,
+    precision: str,
+    dispatcher: str,
+    ep_overlap: bool = False,
+    cuda_graph_scope: str = "none",
+) -> str | None:
     """Why ``rt`` cannot run these settings on ``cluster`` at all (None when it can)."""
     vendors = cluster_vendors(cluster)
     if not rt.runs_vendors(vendors):
@@ -370,6 +411,10 @@ def settings_problem(rt: Runtime, cluster: ClusterSpec, precision: str, dispatch
         return f"{rt.title} has no FP8 training on {', '.join(sorted(vendors - rt.fp8_vendors))} devices"
     if dispatcher not in rt.dispatchers:
         return f"{rt.title} has no {dispatcher!r} token dispatcher (it has {', '.join(rt.dispatchers)})"
+    if ep_overlap and not rt.ep_overlap:
+        return f"{rt.title} has no EP-communication overlap here ({rt.cite('ep_overlap')})"
+    if cuda_graph_scope != "none" and not rt.cuda_graphs:
+        return f"{rt.title} has no CUDA-graph capture here ({rt.cite('cuda_graphs')})"
     return None
 
 

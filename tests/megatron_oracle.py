@@ -46,6 +46,8 @@ NOT_CONFIG = {
     "overlap_grad_reduce",
     "overlap_param_gather",
     "make_vocab_size_divisible_by",
+    # DistributedDataParallelConfig (its grad_reduce_in_fp32 = False), not a TransformerConfig field
+    "grad_reduce_in_bf16",
     # GPTModel / MambaModel constructor arguments (megatron/training gpt_builders, pretrain_mamba.py), not
     # TransformerConfig fields
     "rotary_percent",
@@ -93,7 +95,9 @@ def config_from_args(parsed: dict[str, Any]) -> TransformerConfig:
             from megatron.core.activations import squared_relu
 
             kw.update(activation_func=squared_relu, gated_linear_unit=False, bias_activation_fusion=False)
-        elif k == "recompute_modules":
+        elif k == "fp8_param_gather":  # core_transformer_config_from_args: fp8_param = args.fp8_param_gather
+            kw["fp8_param"] = True
+        elif k in ("cuda_graph_scope", "recompute_modules"):
             kw[k] = v if isinstance(v, list) else [v]
         elif k in RENAMED:
             kw[RENAMED[k]] = v

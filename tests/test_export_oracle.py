@@ -392,3 +392,23 @@ def test_jamba_export_names_the_runtime() -> None:
     assert "Mamba-1" in found["rule_megatron_architecture"] and "transformers" in found["rule_megatron_architecture"]
     with pytest.raises(ExportError, match="JambaForCausalLM"):
         megatron_args(plan, jamba, H100_64)
+
+
+def test_megatron_core_accepts_cuda_graph_and_bf16_reduction_flags() -> None:
+    """The CUDA-graph scope, BF16 gradient reduction and TP overlap a plan may carry build megatron-core's
+    config."""
+    plan = MEGATRON_PLANS[0][1]
+    st = replace(
+        plan.settings(),
+        cuda_graph_scope="attn,moe_router,moe_preprocess",
+        grad_reduce_in_bf16=True,
+        tp_comm_overlap=True,
+    )
+    graphed = replace(plan, run_settings=st)
+    check_megatron_export(graphed, MIX, C16)
+    parsed = parse_megatron_args(megatron_args(graphed, MIX, C16))
+    config = config_from_args(parsed)
+    assert config.cuda_graph_impl == "transformer_engine"
+    assert [str(getattr(x, "name", x)) for x in config.cuda_graph_scope] == ["attn", "moe_router", "moe_preprocess"]
+    assert parsed["grad_reduce_in_bf16"] is True
+    assert config.tp_comm_overlap is True

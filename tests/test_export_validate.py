@@ -242,6 +242,8 @@ CASES: list[Case] = [
     ),
     Case("rule_runtime_precision", replace(GOOD_FS, precision="fp8"), "flagscale"),
     Case("rule_runtime_dispatcher", replace(GOOD_FS, dispatcher="flex"), "flagscale"),
+    # MindSpeed-LLM's Megatron core_v0.12.1 has neither --overlap-moe-expert-parallel-comm nor --cuda-graph-impl
+    Case("rule_runtime_overlap_and_graphs", GOOD_MS, "mindspeed", kw={"settings": Settings(overlap_ep_comm=True)}),
     # ---- MindSpeed-LLM target, edited arguments
     Case(
         "rule_ms_num_layer_list",
@@ -428,6 +430,20 @@ CASES: list[Case] = [
         kw={"fs_config": edit_fs(GOOD_FS, MIX, lambda c: c["system"].pop("checkpoint"))},
     ),
 ]
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        (Settings(overlap_ep_comm=True), "settings.overlap_ep_comm"),
+        (Settings(cuda_graph_scope="attn"), "settings.cuda_graph_scope"),
+    ],
+)
+def test_runtime_without_ep_overlap_or_graphs_refuses_them(settings: Settings, field: str) -> None:
+    found = [v for v in validate(GOOD_MS, MIX, CAT.cluster("16-2-h"), "mindspeed", settings=settings)]
+    assert field in {v.field for v in found if v.rule == "rule_runtime_overlap_and_graphs"}
+    ok = validate(GOOD_MG, MIX, CAT.cluster("16-1-h"), "megatron", settings=Settings(cuda_graph_scope="attn"))
+    assert "rule_runtime_overlap_and_graphs" not in {v.rule for v in ok}
 
 
 def test_every_rule_has_a_case() -> None:

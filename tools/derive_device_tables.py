@@ -965,6 +965,9 @@ def default_runtime(dev: Device) -> dict[str, A]:
         "flex_overlap": asm(
             0.5, "assumed: the same half for the flex dispatcher (DeepEP / HybridEP), until calibrated"
         ),
+        "tp_overlap": asm(
+            0.5, "assumed: half of TP communication hidden when TP overlap (userbuffers / MC2) is on, until calibrated"
+        ),
         "p2p_exposed": asm(1.0, "assumed: pipeline send/receive not hidden (1F1B waits on its batched p2p)"),
         "dp_overlap": asm(1.0, "assumed: gradient reduce-scatter hides behind the whole last backward"),
     }

@@ -77,7 +77,10 @@ def prepare(run: MeasuredRun, catalog: Catalog) -> PreparedRun:
         raise type(exc)(f"{where}: {exc}") from None
     pr = PreparedRun(run, m, c, plan, st)
     lo, hi = RANGE_STEP_TIME_S
-    if not lo <= pr.measured_s <= hi:  # tokens/s in range can still mean a step of microseconds or years
+    # memory-only rows (a peak, no step time) have nothing to range-check
+    if (
+        run.has_time and not lo <= pr.measured_s <= hi
+    ):  # tokens/s in range can still mean a step of microseconds or years
         raise SpecError(
             f"{run.measure} {run.value:g} means a step of {pr.measured_s:.3g} s on {c.world_size} devices, outside "
             f"the physical range [{lo:g}, {hi:g}] s",

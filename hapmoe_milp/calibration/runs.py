@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hapmoe_milp.config import DISPATCHERS, FP8_RECIPES, check_recompute
-from hapmoe_milp.errors import HapmoeError, SpecError
+from hapmoe_milp.config import DISPATCHERS, FP8_RECIPES, check_graph_scope, check_recompute
+from hapmoe_milp.errors import HapmoeError, SettingsError, SpecError
 from hapmoe_milp.limits import (
     RANGE_MEMORY_GIB,
     RANGE_STEP_TIME_S,
@@ -38,6 +38,7 @@ MEASURE_RANGES = {
 }
 SETTING_BOOLS = (
     "overlap_ep_comm",
+    "tp_comm_overlap",
     "overlap_grad_reduce",
     "overlap_param_gather",
     "optimizer_offload",
@@ -66,6 +67,7 @@ COLUMNS = (
     "precision",
     "fp8_recipe",
     "dispatcher",
+    "cuda_graph_scope",
     *SETTING_BOOLS,
     *SETTING_STRS,
     *MEASURES,
@@ -103,6 +105,7 @@ class MeasuredRun:
     stack: str = DEFAULT_STACK
     fp8_recipe: str | None = None
     peak_memory_kind: str = "allocated"
+    cuda_graph_scope: str | None = None
 
     @property
     def has_time(self) -> bool:
@@ -132,6 +135,8 @@ class MeasuredRun:
             kw["dispatcher"] = self.dispatcher
         if self.fp8_recipe is not None:
             kw["fp8_recipe"] = self.fp8_recipe
+        if self.cuda_graph_scope is not None:
+            kw["cuda_graph_scope"] = self.cuda_graph_scope
         return kw
 
 
@@ -158,6 +163,12 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
             v = f.raw(k)
             flags[k] = tuple(v) if isinstance(v, list) else v
     dispatcher = f.choice("dispatcher", DISPATCHERS) if f.has("dispatcher") else None
+    graphs = None
+    if f.has("cuda_graph_scope"):
+        try:
+            graphs = check_graph_scope(f.str_("cuda_graph_scope"))
+        except SettingsError as exc:
+            raise f.err("cuda_graph_scope", exc.detail) from None
     run = MeasuredRun(
         id=rid,
         source=source,
@@ -185,6 +196,7 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
         origin=f.source,
         stack=f.str_("stack", DEFAULT_STACK),
         fp8_recipe=f.choice("fp8_recipe", FP8_RECIPES) if f.has("fp8_recipe") else None,
+        cuda_graph_scope=graphs,
     )
     f.reject_unknown()
     return run

@@ -46,6 +46,7 @@ STACK_TERMS = (
     "stack_compute_scale",
     "ep_overlap",
     "flex_overlap",
+    "tp_overlap",
     "p2p_exposed",
     "dp_overlap",
 )

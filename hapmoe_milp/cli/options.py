@@ -42,6 +42,8 @@ FLAGS: dict[str, str] = {
     "dispatcher": "--dispatcher",
     "fp8_recipe": "--fp8-recipe",
     "overlap_ep_comm": "--ep-overlap",
+    "cuda_graph_scope": "--cuda-graph-scope",
+    "tp_comm_overlap": "--tp-overlap",
     "optimizer_offload": "--optimizer-offload",
     "fsdp": "--fsdp",
     "grad_reduce_in_bf16": "--grad-reduce-in-bf16",
@@ -199,6 +201,20 @@ EpOverlapOpt = Annotated[
         help="Overlap expert-parallel dispatch/combine with computation (--overlap-moe-expert-parallel-comm).",
     ),
 ]
+CudaGraphOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cuda-graph-scope",
+        help="CUDA graphs: none, layer (whole layers) or parts attn,mlp,moe,moe_router,moe_preprocess,mamba.",
+    ),
+]
+TpOverlapOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--tp-overlap/--no-tp-overlap",
+        help="Overlap tensor-parallel collectives with their GEMMs (--tp-comm-overlap; MindSpeed --use-mc2).",
+    ),
+]
 FamilyOpt = Annotated[
     str,
     typer.Option("--family", help="Plans to search: megatron (one mesh shape), hetero (per-stage meshes) or both."),
@@ -216,8 +232,19 @@ FsdpOpt = Annotated[
     str | None,
     typer.Option("--fsdp", help="Megatron-FSDP sharding: none, optim, optim_grads or optim_grads_params."),
 ]
-GradBf16Opt = Annotated[bool | None, typer.Option("--grad-reduce-in-bf16/--grad-reduce-in-fp32", help="Main grads.")]
-Fp8ParamOpt = Annotated[bool | None, typer.Option("--fp8-param-gather/--no-fp8-param-gather", help="FP8 params.")]
+GradBf16Opt = Annotated[
+    bool | None,
+    typer.Option(
+        "--grad-reduce-in-bf16/--grad-reduce-in-fp32",
+        help="Main grads and their data-parallel reduction in BF16 (the NeMo recipes) or FP32 (Megatron's default).",
+    ),
+]
+Fp8ParamOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--fp8-param-gather/--no-fp8-param-gather", help="FP8 params, gathered in FP8 (needs --precision fp8)."
+    ),
+]
 StateDtypeOpt = Annotated[
     str | None, typer.Option("--optimizer-state-dtype", help="Adam moments: fp32 or bf16 (precision-aware).")
 ]

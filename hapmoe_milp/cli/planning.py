@@ -12,6 +12,7 @@ from hapmoe_milp.cli.options import (
     FLAGS,
     STATE,
     ClusterOpt,
+    CudaGraphOpt,
     DispatcherOpt,
     DropoutOpt,
     EpOverlapOpt,
@@ -36,6 +37,7 @@ from hapmoe_milp.cli.options import (
     StateDtypeOpt,
     TargetOpt,
     TimeLimitOpt,
+    TpOverlapOpt,
     catalog_cluster,
     catalog_model,
     flags,
@@ -90,6 +92,8 @@ def estimate(
     fp8_recipe: Fp8RecipeOpt = None,
     dispatcher: DispatcherOpt = None,
     ep_overlap: EpOverlapOpt = None,
+    cuda_graph_scope: CudaGraphOpt = None,
+    tp_overlap: TpOverlapOpt = None,
     optimizer_offload: Annotated[
         str | None,
         typer.Option("--optimizer-offload", help="Optimizer states in host memory: on or off (default: the plan's)."),
@@ -124,6 +128,8 @@ def estimate(
         overlap_ep_comm=ep_overlap,
         imbalance=imbalance,
         optimizer_offload=offload,
+        cuda_graph_scope=cuda_graph_scope,
+        tp_comm_overlap=tp_overlap,
         fsdp=fsdp,
         grad_reduce_in_bf16=grad_reduce_in_bf16,
         fp8_param_gather=fp8_param_gather,
@@ -229,6 +235,10 @@ def solve(
     fp8_recipe: Fp8RecipeOpt = None,
     dispatcher: DispatcherOpt = None,
     ep_overlap: EpOverlapOpt = None,
+    cuda_graph_scope: CudaGraphOpt = None,
+    tp_overlap: TpOverlapOpt = None,
+    grad_reduce_in_bf16: GradBf16Opt = None,
+    fp8_param_gather: Fp8ParamOpt = None,
     optimizer_offload: OffloadOpt = "auto",
     out: Annotated[
         Path | None, typer.Option("--out", help="Write plan.json here (with --export: the launch folder).")
@@ -292,6 +302,10 @@ def solve(
             fp8_recipe=fp8_recipe,
             overlap_ep_comm=ep_overlap,
             dispatcher=dispatcher,
+            cuda_graph_scope=cuda_graph_scope,
+            tp_comm_overlap=tp_overlap,
+            grad_reduce_in_bf16=grad_reduce_in_bf16,
+            fp8_param_gather=fp8_param_gather,
         )
     assert sol.plan is not None
     with flags():

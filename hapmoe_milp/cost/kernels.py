@@ -37,6 +37,14 @@ Backward: two GEMMs (data and weight gradient) per forward GEMM, and 1.5 kernels
 kernel (its gradient plus gradient accumulation/casts on about half of them). Full recompute re-runs the
 forward inside the backward.
 
+CUDA graphs (``Settings.cuda_graph_scope``): a captured part's kernels are replayed from the device
+without the host issuing them one by one, so they add no launch idle; Megatron captures per part of a
+layer (``attn`` the token mixer with its norm, ``mamba`` a Mamba mixer, ``mlp`` a dense MLP, ``moe`` a whole
+MoE block, ``moe_router`` its pre-MLP norm and router, ``moe_preprocess`` its token counting) or whole
+layers. The captured share of a layer's structural kernels (before the SP/CP/FP8 additions) is applied to
+all its kernels, forward and backward (Transformer Engine captures both passes). The dropless router's
+host sync stays: a graph cannot wait on a host-read count.
+
 Syncs: the dropless router needs each expert's token count on the host to size the grouped GEMM and
 the dispatch buffers, one sync per MoE layer forward (the backward reuses the counts).
 """
@@ -45,7 +53,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hapmoe_milp.config import ParallelConfig
+from hapmoe_milp.config import ParallelConfig, graph_parts
 from hapmoe_milp.cost.mixers import GDN_KERNELS, MAMBA1_KERNELS, MAMBA2_KERNELS
 from hapmoe_milp.specs.model import LayerKind, ModelSpec
 
@@ -54,6 +62,8 @@ ATTN_MLA = (15, 5)
 QK_NORM = 2
 DENSE_MLP = (5, 2)
 MOE_FIXED = (20, 1)  # plus 2 GEMMs per local expert
+MOE_ROUTER = 8  # of MOE_FIXED: pre-MLP norm, router GEMM, fp32 cast, top-k/softmax (2), aux/z losses (3)
+MOE_PREPROCESS = 2  # of MOE_FIXED: token counts per expert
 SHARED_EXPERT = (4, 2)
 FLEX_FUSED = 5  # kernels the flex dispatcher folds into dispatch/combine
 SP_COLLECTIVES = 4
@@ -82,27 +92,40 @@ def layer_kernels(
     precision: str,
     recompute: str,
     fp8_recipe: str = "tensorwise",
+    cuda_graph_scope: str = "none",
 ) -> LayerKernels:
     mixer, mlp = m.kind_parts(kind)
     is_moe = mlp == "moe"
     k, g = _mixer_kernels(m, mixer)
+    parts = graph_parts(cuda_graph_scope)
+    captured = (
+        float(k) if (mixer == "mamba" and "mamba" in parts) or (mixer and mixer != "mamba" and "attn" in parts) else 0.0
+    )
     syncs = 0.0
     if is_moe:
         local = max(1, (m.num_experts or 1) // cfg.ep)
-        k += MOE_FIXED[0] + 2 * local - (FLEX_FUSED if dispatcher == "flex" else 0)
+        moe_k = MOE_FIXED[0] + 2 * local - (FLEX_FUSED if dispatcher == "flex" else 0)
+        k += moe_k
         g += MOE_FIXED[1] + 2 * local
         if m.moe_shared_expert_intermediate_size:
             k += SHARED_EXPERT[0]
+            moe_k += SHARED_EXPERT[0]
             g += SHARED_EXPERT[1]
         if cfg.etp > 1:
             k += ETP_COLLECTIVES
+        if "moe" in parts:
+            captured += moe_k
+        else:
+            captured += MOE_ROUTER * ("moe_router" in parts) + MOE_PREPROCESS * ("moe_preprocess" in parts)
         syncs = 1.0
     elif mlp == "dense":
         k += DENSE_MLP[0]
         g += DENSE_MLP[1]
+        captured += DENSE_MLP[0] * ("mlp" in parts)
     if kind == "mtp":
         k += MTP_EXTRA[0]
         g += MTP_EXTRA[1]
+    eager = 1.0 if cuda_graph_scope == "none" else (0.0 if cuda_graph_scope == "layer" else 1.0 - captured / max(k, 1))
     if cfg.tp > 1:
         k += SP_COLLECTIVES * ((mixer is not None) + (mlp is not None)) // 2
     if cfg.cp > 1:
@@ -120,7 +143,7 @@ def layer_kernels(
     if recompute == "full":
         bwd += k
         syncs_b = syncs
-    return LayerKernels(fwd=float(k), bwd=float(bwd), syncs_fwd=syncs, syncs_bwd=syncs_b)
+    return LayerKernels(fwd=float(k) * eager, bwd=float(bwd) * eager, syncs_fwd=syncs, syncs_bwd=syncs_b)
 
 
 def _mixer_kernels(m: ModelSpec, mixer: str | None) -> tuple[int, int]:

@@ -207,6 +207,12 @@ class CostModel:
             hidden = share * min(2 * ep_f, f_comp + b_comp)
             ep_exposed = 1.0 - hidden / (2 * ep_f)
         ep_total = 2 * ep_f * ep_exposed
+        # TP overlap (userbuffers / MC2) splits each TP collective into chunks pipelined with the GEMM it feeds
+        # or drains, so it hides behind that pass's computation: a share tp_overlap of min(comm, compute) each way.
+        tp_b = tp_f
+        if st.tp_comm_overlap and tp_f > 0:
+            tp_b = tp_f - dev.runtime.tp_overlap * min(tp_f, b_comp)
+            tp_f = tp_f - dev.runtime.tp_overlap * min(tp_f, f_comp)
 
         # ---- recompute: extra forward work during backward, by Megatron module (cost/recompute.py)
         spec = parse_recompute(recompute)
@@ -232,10 +238,17 @@ class CostModel:
         rec += offload_time(dev, st, terms, spec, f_comp)
 
         gpu_f = f_comp + tp_f + cp_f + (ep_total / 2)
-        gpu_b = b_comp + tp_f + cp_b + (ep_total / 2) + rec
+        gpu_b = b_comp + tp_b + cp_b + (ep_total / 2) + rec
         # ---- host: kernels issued per micro-batch, and the dropless router's token-count sync
         kern = layer_kernels(
-            m, cfg, kind, st.dispatcher, prec, "full" if spec.granularity == "full" else "none", st.fp8_recipe
+            m,
+            cfg,
+            kind,
+            st.dispatcher,
+            prec,
+            "full" if spec.granularity == "full" else "none",
+            st.fp8_recipe,
+            st.cuda_graph_scope,
         )
         host_f = host_overhead(kern.fwd, dev, kern.syncs_fwd)
         host_b = host_overhead(kern.bwd, dev, kern.syncs_bwd)
@@ -258,7 +271,7 @@ class CostModel:
             fwd=fwd,
             bwd=bwd,
             compute=f_comp + b_comp + rec - rec_tp - rec_cp - rec_ep,
-            tp=2 * tp_f + rec_tp,
+            tp=tp_f + tp_b + rec_tp,
             cp=cp_f + cp_b + rec_cp,
             ep=ep_total + rec_ep,
             act=act,

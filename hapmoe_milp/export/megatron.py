@@ -335,7 +335,20 @@ def megatron_args(plan: Plan, model: ModelSpec, cluster: ClusterSpec, settings: 
         # the plan's recipe (tensorwise, blockwise or mxfp8; never delayed scaling, which rejects the
         # layernorm/moe_act selective recompute we emit)
         a += ["--fp8-format", "hybrid", "--fp8-recipe", st.fp8_recipe]
+    if st.tp_comm_overlap and plan.stages[0].cfg.tp > 1:
+        a += ["--tp-comm-overlap"]
+    a += cuda_graph_args(st.cuda_graph_scope)
     return a
+
+
+def cuda_graph_args(scope: str) -> list[str]:
+    """Megatron's CUDA-graph flags: whole layers with the local implementation, named parts with
+    Transformer Engine's (``--cuda-graph-impl`` / ``--cuda-graph-scope``, megatron/training/arguments.py)."""
+    if scope == "none":
+        return []
+    if scope == "layer":
+        return ["--cuda-graph-impl", "local"]
+    return ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", *scope.split(",")]
 
 
 def format_args_file(args: Sequence[str]) -> str:

@@ -148,6 +148,14 @@ PARAMS: tuple[ParamInfo, ...] = (
         "RDMA engine, so they contend less with the computation they hide behind than NCCL all-to-all does",
     ),
     ParamInfo(
+        "tp_overlap",
+        "fraction",
+        0.0,
+        0.98,
+        "share of tensor-parallel all-gather/reduce-scatter hidden behind the GEMMs they feed when TP "
+        "communication overlap is on (Megatron --tp-comm-overlap, MindSpeed --use-mc2)",
+    ),
+    ParamInfo(
         "p2p_exposed",
         "fraction",
         0.0,
@@ -191,6 +199,7 @@ class RuntimeParams:
     ep_latency_us: float = 30.0
     ep_overlap: float = 0.5
     flex_overlap: float = 0.5
+    tp_overlap: float = 0.5
     p2p_exposed: float = 1.0
     dp_overlap: float = 1.0
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from hapmoe_milp.config import graph_parts, parse_recompute
 from hapmoe_milp.errors import HapmoeError
 from hapmoe_milp.export.common import plan_chunks, recompute_flag_args, recompute_from_flags
 from hapmoe_milp.export.megatron import layout_chunks, layout_problems, megatron_chunks, parse_layout
@@ -114,12 +115,20 @@ def rule_ep_overlap_requirements(ctx: Context) -> Iterator[Violation]:
         problems.append("EP > 1")
     if p.dispatcher not in ("alltoall", "flex"):
         problems.append("the alltoall or flex dispatcher")
-    if any(s.recompute == "full" for s in p.stages):
+    specs = [parse_recompute(s.recompute) for s in p.stages]
+    if any(r.granularity == "full" for r in specs):
         problems.append("no full recompute")
+    if any("moe" in r.modules for r in specs):  # core_v0.19.0 TransformerConfig
+        problems.append("no moe recompute module")
     if p.pp > 1 and p.vpp < 2:
         problems.append("virtual pipeline stages when PP > 1")
     if ctx.model.mtp_num_layers > 1:
         problems.append("at most one MTP layer")
+    if ctx.model.mtp_num_layers == 1 and p.pp < 2:
+        problems.append("PP > 1 with an MTP layer")
+    scope = ctx.settings.cuda_graph_scope
+    if scope == "layer" or {"moe", "mlp"} & graph_parts(scope):
+        problems.append("no CUDA graph other than Transformer Engine's, none of moe or mlp")
     if problems:
         yield violation(
             "settings.overlap_ep_comm",

@@ -153,3 +153,18 @@ def rule_runtime_dispatcher(ctx: Context) -> Iterator[Violation]:
             f"{rt.title} has no {ctx.plan.dispatcher!r} token dispatcher (it has {', '.join(rt.dispatchers)}) "
             f"({rt.cite('dispatchers')})",
         )
+
+
+@rule()
+def rule_runtime_overlap_and_graphs(ctx: Context) -> Iterator[Violation]:
+    """EP-communication overlap and CUDA graphs only where the runtime has them (``Runtime.ep_overlap``,
+    ``Runtime.cuda_graphs``): MindSpeed-LLM's Megatron core_v0.12.1 has neither flag."""
+    rt, st = ctx.runtime, ctx.settings
+    if st.overlap_ep_comm and ctx.model.is_moe and not rt.ep_overlap:
+        yield violation(
+            "settings.overlap_ep_comm", f"{rt.title} has no EP-communication overlap here ({rt.cite('ep_overlap')})"
+        )
+    if st.cuda_graph_scope != "none" and not rt.cuda_graphs:
+        yield violation(
+            "settings.cuda_graph_scope", f"{rt.title} has no CUDA-graph capture here ({rt.cite('cuda_graphs')})"
+        )
