@@ -255,6 +255,9 @@ def solve(
         opts = {**options, "cost_model": cm.for_settings(s)}
         sol = _run_solver(m, c, s, solver, spaces, pruning, left, opts, progress)
         for s_alt, space in _alternatives(s, spaces, fsdp_search, overlap_auto):
+            if s_alt.overlap_ep_comm and sol.status == "infeasible":
+                # overlap searches a subset of the options at no less memory: nothing fits there either
+                continue
             left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
             # FSDP and EP overlap change more than the offload terms a shared cost model re-prices: each
             # alternative prices with its own cost model

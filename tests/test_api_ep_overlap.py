@@ -65,3 +65,22 @@ def test_overlap_is_not_searched_where_upstream_megatron_does_not_run_the_plan(c
     # in the what-if space (Megatron's rules on every stage) the same search does pick it
     what_if = _solve("mixtral-s", cluster, runtime="any")
     assert what_if.plan is not None and what_if.plan.settings().overlap_ep_comm is True
+
+
+def test_no_overlap_search_after_the_plain_search_proved_nothing_fits(monkeypatch):
+    """Overlap plans are a subset of the options at no less memory: once the plain search proves that
+    nothing fits, the overlap search is skipped (the offload retry still runs)."""
+    calls = []
+    real = api._run_solver
+
+    def counting(m, c, st, *args, **kw):
+        sol = real(m, c, st, *args, **kw)
+        calls.append((st.optimizer_offload, st.overlap_ep_comm, sol.status))
+        return sol
+
+    monkeypatch.setattr(api, "_run_solver", counting)
+    with pytest.raises(api.InfeasibleError):
+        _solve("deepseek-v3", "16-1-h")
+    assert calls and all(status == "infeasible" for *_, status in calls)
+    assert not any(overlap for _, overlap, _ in calls)
+    assert {offload for offload, *_ in calls} == {False, True}

@@ -278,3 +278,15 @@ def test_context_parallel_halves_every_stored_activation():
         one = cm.layer("syn", ParallelConfig(tp=2, dp=4), 1, kind, "none").act
         two = cm.layer("syn", ParallelConfig(tp=2, cp=2, dp=2), 1, kind, "none").act
         assert two == pytest.approx(one / 2, rel=1e-12)
+
+
+def test_state_bytes_arithmetic_covers_every_field():
+    """__add__ and scaled are spelled out for speed: a new field must be added to both."""
+    from dataclasses import fields
+
+    from hapmoe_milp.cost.memory import StateBytes
+
+    n = len(fields(StateBytes))
+    a = StateBytes(*range(1, n + 1))
+    assert (a + a).to_dict() == {k: 2 * v for k, v in a.to_dict().items()}
+    assert a.scaled(3.0).to_dict() == {k: 3 * v for k, v in a.to_dict().items()}

@@ -158,6 +158,27 @@ def test_activation_offload_moves_its_modules_tensors_to_the_host():
     assert stored_bytes(terms, parse_recompute("none")) == pytest.approx(base, rel=1e-12)
 
 
+@pytest.mark.parametrize(("precision", "q8"), [("bf16", 2), ("fp8", 1)])
+def test_mamba2_keeps_zxbcdt_scan_output_norm_and_out_proj_inputs_not_the_conv(precision, q8):
+    """Megatron-Core's Mamba-2 training path (mamba_split_conv1d_scan_combined) saves the in-projection
+    output zxBCdt and the pre-gate scan output and recomputes the convolution in backward; the gated
+    RMSNorm keeps its input and the out-projection its input. Nemotron 3 Nano: 64 heads x 64, 8 groups of
+    state 128, hidden 2688: zxBCdt = 2*4096 + 2*8*128 + 64 = 10304 wide, inner 4096."""
+    m = Catalog().model("nemotron-3-nano-30b-a3b")
+    c = ParallelConfig(tp=2, dp=4)
+    ts = S / 2
+    terms = {t.name: t.nbytes for t in activation_terms(m, st(precision=precision), c, 1, "mamba")}
+    want = {
+        "mixer_norm_input": 2 * 2688,
+        "mixer_in_proj_input": q8 * 2688,
+        "mamba_in_proj_output": 2 * 10304,
+        "mamba_scan_output": 2 * 4096,
+        "mamba_norm_input": 2 * 4096,
+        "mamba_out_proj_input": q8 * 4096,
+    }
+    assert terms == pytest.approx({k: v * ts for k, v in want.items()}, rel=1e-12)
+
+
 # ------------------------------------------------------------------ edges and buffers
 def test_head_keeps_norm_and_gemm_inputs_and_transient_logits():
     m = dense_mha()

@@ -28,15 +28,30 @@ def kernel_length(m: ModelSpec, layer: int, seq: int) -> int:
     return seq
 
 
-def core_time(m: ModelSpec, dev: DeviceSpec, flops_per_key: float, seq: int) -> tuple[float, float]:
-    """Forward and backward time of the flash-attention core, averaged over the model's attention layers;
-    ``flops_per_key * seq`` is a full causal layer's forward FLOPs. Layers are grouped by (span, kernel
-    length) and priced apart; the backward does 2.5x the forward's FLOPs at the backward table."""
-    full = flops_per_key * seq
+def layer_groups(m: ModelSpec, seq: int) -> tuple[tuple[tuple[int, int], int], ...]:
+    """The model's attention layers grouped by (span, kernel length), with their counts: a property of the
+    model and sequence alone, so a cost model computes it once (a 94-layer model prices ~30,000 options)."""
     layers = [i for i, mx in enumerate(m.mixer_pattern) if mx == "attention"] or [0]
     groups = Counter((m.attention_span(i, seq), kernel_length(m, i, seq)) for i in layers)
+    return tuple(sorted(groups.items()))
+
+
+def core_time(
+    m: ModelSpec,
+    dev: DeviceSpec,
+    flops_per_key: float,
+    seq: int,
+    groups: tuple[tuple[tuple[int, int], int], ...] | None = None,
+) -> tuple[float, float]:
+    """Forward and backward time of the flash-attention core, averaged over the model's attention layers;
+    ``flops_per_key * seq`` is a full causal layer's forward FLOPs. Layers are grouped by (span, kernel
+    length) (``groups``: :func:`layer_groups`, computed here when not given) and priced apart; the backward
+    does 2.5x the forward's FLOPs at the backward table."""
+    full = flops_per_key * seq
+    groups = layer_groups(m, seq) if groups is None else groups
+    n_layers = sum(n for _, n in groups)
     fwd = bwd = 0.0
-    for (span, length), n in groups.items():
+    for (span, length), n in groups:
         fwd += n * attention_time(dev, full * span, length, backward=False)
         bwd += n * attention_time(dev, 2.5 * full * span, length, backward=True)
-    return fwd / len(layers), bwd / len(layers)
+    return fwd / n_layers, bwd / n_layers

@@ -38,6 +38,7 @@ from dataclasses import dataclass, fields, replace
 from hapmoe_milp.config import ParallelConfig, RecomputeSpec, Settings, parse_recompute
 from hapmoe_milp.cost.primitives import BF16, FP32, GIB
 from hapmoe_milp.specs.device import DeviceSpec
+from hapmoe_milp.specs.mixers import Mamba2Shape
 from hapmoe_milp.specs.model import LayerKind, ModelSpec
 
 #: Megatron-FSDP keeps this many layers' parameters unsharded at once (the layer running and the prefetched
@@ -60,11 +61,20 @@ class StateBytes:
     def total(self) -> float:
         return self.params + self.fp8_weights + self.grads + self.main_params + self.optimizer
 
+    # spelled out, not through dataclasses.fields(): these run ~10^5 times while a large cluster is priced
     def __add__(self, o: StateBytes) -> StateBytes:
-        return StateBytes(*(getattr(self, f.name) + getattr(o, f.name) for f in fields(self)))
+        return StateBytes(
+            self.params + o.params,
+            self.fp8_weights + o.fp8_weights,
+            self.grads + o.grads,
+            self.main_params + o.main_params,
+            self.optimizer + o.optimizer,
+        )
 
     def scaled(self, k: float) -> StateBytes:
-        return StateBytes(*(getattr(self, f.name) * k for f in fields(self)))
+        return StateBytes(
+            self.params * k, self.fp8_weights * k, self.grads * k, self.main_params * k, self.optimizer * k
+        )
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -128,20 +138,41 @@ def _t(name: str, nbytes: float, dropped: tuple[str, ...] = (), offload: str | N
 
 def _mixer_terms(m: ModelSpec, mixer: str, ts: float, q8: float, dropout: bool) -> list[ActTerm]:
     """Gated-DeltaNet / Mamba mixer (widths of :func:`hapmoe_milp.cost.mixers.mixer_widths`): norm input,
-    in-projection input, and at TP-sharded widths the in-projection output, the conv output, the scan
-    output and the out-projection input (no Megatron recompute module regenerates them)."""
+    in-projection input, and at TP-sharded widths what the mixer keeps for its backward (no Megatron
+    recompute module regenerates it; see :func:`_mamba2_states` for Mamba-2)."""
     from hapmoe_milp.cost.mixers import mixer_widths
 
     h = m.hidden_size
-    in_out, conv, inner = mixer_widths(m, mixer)
     out = [
         ActTerm("mixer_norm_input", 2 * h * ts, layer_input=True),
         _t("mixer_in_proj_input", q8 * h * ts, ("layernorm",)),
-        _t("mixer_states", 2 * (in_out + conv + 2 * inner) * ts),
     ]
+    if mixer == "mamba" and isinstance(m.mamba_shape, Mamba2Shape):
+        out += _mamba2_states(m.mamba_shape, ts, q8)
+    else:
+        # gated DeltaNet and Mamba-1: the in-projection output, the conv output, the scan output and the
+        # out-projection input
+        in_out, conv, inner = mixer_widths(m, mixer)
+        out.append(_t("mixer_states", 2 * (in_out + conv + 2 * inner) * ts))
     if dropout:
         out.append(_t("mixer_dropout_mask", h * ts))
     return out
+
+
+def _mamba2_states(shape: Mamba2Shape, ts: float, q8: float) -> list[ActTerm]:
+    """What Megatron-Core's Mamba-2 mixer keeps in training (``MambaMixer._ssm_training``, the memory-
+    efficient path, megatron-core 0.16.1 ``megatron/core/ssm/mamba_mixer.py``): the fused
+    ``mamba_split_conv1d_scan_combined`` (state-spaces/mamba ``mamba_ssm/ops/triton/ssd_combined.py``
+    @01b717ae0d, ``MambaSplitConv1dScanCombinedFn``) saves its BF16 input ``zxBCdt`` (the in-projection
+    output) and the scan output before gating, and recomputes the convolution output from ``zxBCdt`` in
+    backward, so the conv channels are not kept; the separate gated RMSNorm keeps its input, the
+    out-projection its (FP8 under FP8 training) input."""
+    return [
+        _t("mamba_in_proj_output", 2 * shape.in_proj_out * ts),
+        _t("mamba_scan_output", 2 * shape.inner * ts),
+        _t("mamba_norm_input", 2 * shape.inner * ts),
+        _t("mamba_out_proj_input", q8 * shape.inner * ts),
+    ]
 
 
 def _attention_terms(m: ModelSpec, ts: float, q8: float, fp8: bool, dropout: bool) -> list[ActTerm]:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from hapmoe_milp.config import ParallelConfig, Recompute, Settings, parse_recompute
-from hapmoe_milp.cost.attention import core_time
+from hapmoe_milp.cost.attention import core_time, layer_groups
 from hapmoe_milp.cost.fsdp import fsdp_exposed, fsdp_sync
 from hapmoe_milp.cost.kernels import layer_kernels
 from hapmoe_milp.cost.layer import ELEMENTWISE_PASSES_H, layer_comm, layer_compute  # noqa: F401 (re-exported)
@@ -127,6 +127,7 @@ class CostModel:
         self.ep_comm_visible = ep_comm_visible
         self._memo: dict[tuple[Any, ...], Any] = {}
         self._shared: dict[tuple[Any, ...], Any] | None = None  # another offload setting's memo (for_settings)
+        self._attn_groups: tuple[tuple[tuple[int, int], int], ...] | None = None  # attention.layer_groups, once
 
     def for_settings(self, settings: Settings) -> CostModel:
         """This cost model for ``settings`` that differ from its own only in optimizer offload (the retry
@@ -340,7 +341,9 @@ class CostModel:
         if mixer == "attention":
             attn_lin = self._attention_gemms(dev, t, tp, prec)
             # causal: each query sees S/2 keys on average (fewer under a sliding window or in chunks)
-            core_f, core_b = core_time(m, dev, t * self._core_macs() * 2 / tp, S)
+            if self._attn_groups is None:
+                self._attn_groups = layer_groups(m, S)
+            core_f, core_b = core_time(m, dev, t * self._core_macs() * 2 / tp, S, self._attn_groups)
             return attn_lin + core_f, 2 * attn_lin + core_b, core_f, core_b
         if mixer in ("gdn", "mamba"):
             mc = mixer_cost(m, dev, mixer, t, tp, S, prec)
