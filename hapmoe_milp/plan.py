@@ -85,6 +85,11 @@ class Stage:
         return f"{self.device}x{self.devices}[{c.tp}/{c.cp}/{c.dp}/{c.ep}/{c.etp}]{rec}:{self.num_layers}"
 
 
+#: The settings a plan records as its own fields (its run: batch, sequence, precision, imbalance, dispatcher),
+#: in the order the settings layer checks them.
+_RUN_FIELDS = ("seq_length", "global_batch_size", "micro_batch_size", "precision", "imbalance", "dispatcher")
+
+
 @dataclass(frozen=True)
 class Plan:
     """A pipeline of stages plus the run it was planned for.
@@ -128,17 +133,14 @@ class Plan:
         object.__setattr__(self, "stages", stages)
         object.__setattr__(self, "vpp", check_int("vpp", self.vpp, 1, MAX_VPP))
         base = self.run_settings if self.run_settings is not None else Settings()
-        run = base.with_(
-            seq_length=self.seq_length,
-            global_batch_size=self.global_batch_size,
-            micro_batch_size=self.micro_batch_size,
-            precision=self.precision,
-            imbalance=self.imbalance,
-            dispatcher=self.dispatcher,
-        )
+        run = self._run_fields_on(base)
         object.__setattr__(self, "run_settings", run)
-        for name in ("seq_length", "global_batch_size", "micro_batch_size", "precision", "imbalance", "dispatcher"):
+        for name in _RUN_FIELDS:
             object.__setattr__(self, name, getattr(run, name))  # normalised by the settings layer
+
+    def _run_fields_on(self, base: Settings) -> Settings:
+        """``base`` with the run fields the plan records (:data:`_RUN_FIELDS`), checked by the settings layer."""
+        return base.with_(**{name: getattr(self, name) for name in _RUN_FIELDS})
 
     @classmethod
     def from_settings(
@@ -200,14 +202,7 @@ class Plan:
         if base is None:
             assert self.run_settings is not None
             return self.run_settings
-        return base.with_(
-            seq_length=self.seq_length,
-            global_batch_size=self.global_batch_size,
-            micro_batch_size=self.micro_batch_size,
-            precision=self.precision,
-            imbalance=self.imbalance,
-            dispatcher=self.dispatcher,
-        )
+        return self._run_fields_on(base)
 
     def with_settings(self, settings: Settings) -> Plan:
         """The same stages under other run settings (batch fields included)."""
@@ -532,14 +527,9 @@ def _embedded_model(doc: dict[str, Any] | None, name: str, sha: str | None, sour
     from hapmoe_milp.specs.model_doc import model_from_dict
 
     m = model_from_dict(doc, f"{source}: model.spec")
-    if m.name != name:
-        raise SpecError(f"spec names {m.name!r}, the plan names {name!r}", source=source, field="model.spec.name")
-    if sha is not None and model_hash(m) != sha:
-        raise SpecError(
-            f"is {sha} but the embedded spec hashes to {model_hash(m)} (was the file edited?)",
-            source=source,
-            field="model.sha256",
-        )
+    _check_embedded_name("model", m.name, name, source)
+    if sha is not None:
+        _check_embedded_hash("model", "spec", sha, model_hash(m), source)
     return m
 
 
@@ -558,8 +548,7 @@ def _embedded_cluster(
 
     cat = catalog if catalog is not None else Catalog()
     c = cluster_from_dict(doc, f"{source}: cluster.spec", cat.device)
-    if c.name != name:
-        raise SpecError(f"spec names {c.name!r}, the plan names {name!r}", source=source, field="cluster.spec.name")
+    _check_embedded_name("cluster", c.name, name, source)
     changed = [did for did in c.device_types if did in device_shas and device_hash(c.device(did)) != device_shas[did]]
     if changed:
         log.warning(
@@ -568,13 +557,25 @@ def _embedded_cluster(
             source,
             ", ".join(changed),
         )
-    elif sha is not None and cluster_hash(c) != sha:
-        raise SpecError(
-            f"is {sha} but the embedded cluster hashes to {cluster_hash(c)} (was the file edited?)",
-            source=source,
-            field="cluster.sha256",
-        )
+    elif sha is not None:
+        _check_embedded_hash("cluster", "cluster", sha, cluster_hash(c), source)
     return c
+
+
+def _check_embedded_name(part: str, spec_name: str, name: str, source: str) -> None:
+    """The spec embedded as ``part`` (``model``/``cluster``) is the one the plan names."""
+    if spec_name != name:
+        raise SpecError(f"spec names {spec_name!r}, the plan names {name!r}", source=source, field=f"{part}.spec.name")
+
+
+def _check_embedded_hash(part: str, noun: str, sha: str, digest: str, source: str) -> None:
+    """The embedded ``part`` still hashes to the ``sha256`` the plan recorded: an edit by hand shows."""
+    if digest != sha:
+        raise SpecError(
+            f"is {sha} but the embedded {noun} hashes to {digest} (was the file edited?)",
+            source=source,
+            field=f"{part}.sha256",
+        )
 
 
 def load_plan(path: str | Path, catalog: Any = None) -> Plan:

@@ -173,70 +173,26 @@ def compare_against(
     allow_retry = optimizer_offload == "auto" and not st.optimizer_offload
     if optimizer_offload not in ("auto", None):
         st = replace(st, optimizer_offload=bool(optimizer_offload))
-    off = replace(st, optimizer_offload=True)
-    rows: list[dict[str, Any]] = []
-    sols: dict[str, Solution] = {}
-    offl: dict[str, bool] = {}
     # ``time_limit`` bounds the whole comparison: each method gets an equal share of what is left
     clock = Deadline.after(time_limit)
-    keys = ["megatron", *[n for n in names if n != "megatron"]]
     ours_runs = 1 if runtime == "any" else 2  # our planner under the runtime, and in the what-if space
-    for i, key in enumerate(keys):
-        fn = _RUNNERS[key]
-        t = time.perf_counter()
-        share = Deadline.after(clock.left() / (len(keys) + ours_runs - i))
-        sol, used_off = _with_offload_fallback(
-            lambda fn=fn, d=share: fn(m, c, st, deadline=d),
-            (lambda fn=fn, d=share: fn(m, c, off, deadline=d)) if allow_retry else None,
-        )
-        log.info("%s on %s x %s: %s in %.1f s", key, m.name, c.name, sol.status, time.perf_counter() - t)
-        sols[key], offl[key] = sol, used_off or st.optimizer_offload
+    sols, offl = _run_baselines(m, c, st, names, clock, allow_retry, ours_runs)
 
     def search(rt: str, parts: int) -> tuple[Solution, bool]:
-        """Our planner under runtime ``rt`` with ``1/parts`` of the time left; no plan (proved infeasible,
-        or out of time: InfeasibleError constraint "time") becomes a plan-less Solution."""
-        try:
-            left = None if time_limit is None else max(0.05, clock.left() / parts)
-            sol = api.solve(m, c, solver, settings=st, time_limit=left, optimizer_offload=optimizer_offload, runtime=rt)
-            return sol, _plan_offloaded(sol, m, c, st)
-        except HapmoeError as err:
-            status = "timeout" if getattr(err, "constraint", "") == "time" else "infeasible"
-            return Solution(solver, status, None, math.inf, math.nan, 0.0, message=str(err)), False
+        left = None if time_limit is None else max(0.05, clock.left() / parts)
+        return _search_ours(m, c, st, solver, rt, left, optimizer_offload)
 
     ours, ours_off = search(runtime, 2 if runtime != "any" else 1)
     what_if, what_if_off = search("any", 1) if runtime != "any" else (ours, ours_off)
     ref = sols["megatron"]
     world = c.world_size
-    ref_t = ref.objective_s if ref.plan is not None else None
-    ref_mfu = ref.plan.predicted.get("mfu") if ref.plan is not None else None
-
-    def ratios(sol: Solution | None) -> dict[str, float | None]:
-        if sol is None or sol.plan is None or ref_t is None:
-            return {"throughput_ratio": None, "mfu_ratio": None, "latency_ratio": None}
-        mfu = sol.plan.predicted.get("mfu")
-        return {
-            "throughput_ratio": ref_t / sol.objective_s,
-            "mfu_ratio": (mfu / ref_mfu) if (mfu and ref_mfu) else None,
-            "latency_ratio": sol.objective_s / ref_t,
-        }
-
-    rows.append(_row(f"ours ({solver})", ours, ours_off, world, runtime=_runtime_of(ours), **ratios(ours)))
+    rows = [_row(f"ours ({solver})", ours, ours_off, world, runtime=_runtime_of(ours), **_ratios(ours, ref))]
     if runtime != "any":
-        rows.append(_row(f"ours-any ({solver})", what_if, what_if_off, world, runtime="any", **ratios(what_if)))
+        rows.append(_row(f"ours-any ({solver})", what_if, what_if_off, world, runtime="any", **_ratios(what_if, ref)))
     for key in ["megatron", *[n for n in names if n != "megatron"]]:
         if key == "megatron" and "megatron" not in names:
             continue
-        rows.append(_row(SOLVER_NAMES[key], sols[key], offl[key], world, **ratios(sols[key])))
-    notes = []
-    if what_if.plan is not None:  # the baselines search the what-if space: compare like with like
-        for key, sol in sols.items():
-            if sol.plan is None or not sol.stats.get("maps_to_plan", True):
-                continue
-            if what_if.objective_s > sol.objective_s * (1 + 1e-9) and offl[key] == what_if_off:
-                notes.append(
-                    f"our {solver} plan ({what_if.objective_s:.4g} s) is slower than {SOLVER_NAMES[key]} "
-                    f"({sol.objective_s:.4g} s) on the same space: a search gap"
-                )
+        rows.append(_row(SOLVER_NAMES[key], sols[key], offl[key], world, **_ratios(sols[key], ref)))
     return {
         "model": m.name,
         "cluster": c.name,
@@ -250,9 +206,94 @@ def compare_against(
         },
         "reference": SOLVER_NAMES["megatron"],
         "rows": rows,
-        "notes": notes,
+        "notes": _search_gaps(solver, what_if, what_if_off, sols, offl),
         "solutions": {"ours": ours, "ours-any": what_if, **{SOLVER_NAMES[k]: v for k, v in sols.items()}},
     }
+
+
+def _run_baselines(
+    m: ModelSpec,
+    c: ClusterSpec,
+    st: Settings,
+    names: list[str],
+    clock: Deadline,
+    allow_retry: bool,
+    ours_runs: int,
+) -> tuple[dict[str, Solution], dict[str, bool]]:
+    """Megatron-uniform (always: the reference) and each baseline in ``names``, each with an equal share
+    of the time ``clock`` leaves to it and to the ``ours_runs`` searches of ours after it; rerun with
+    optimizer offload where only that fits (``allow_retry``). Returns the solutions and, per baseline,
+    whether its plan offloads."""
+    off = replace(st, optimizer_offload=True)
+    sols: dict[str, Solution] = {}
+    offl: dict[str, bool] = {}
+    keys = ["megatron", *[n for n in names if n != "megatron"]]
+    for i, key in enumerate(keys):
+        fn = _RUNNERS[key]
+        t = time.perf_counter()
+        share = Deadline.after(clock.left() / (len(keys) + ours_runs - i))
+        sol, used_off = _with_offload_fallback(
+            lambda fn=fn, d=share: fn(m, c, st, deadline=d),
+            (lambda fn=fn, d=share: fn(m, c, off, deadline=d)) if allow_retry else None,
+        )
+        log.info("%s on %s x %s: %s in %.1f s", key, m.name, c.name, sol.status, time.perf_counter() - t)
+        sols[key], offl[key] = sol, used_off or st.optimizer_offload
+    return sols, offl
+
+
+def _search_ours(
+    m: ModelSpec,
+    c: ClusterSpec,
+    st: Settings,
+    solver: str,
+    rt: str,
+    time_limit: float | None,
+    optimizer_offload: bool | str,
+) -> tuple[Solution, bool]:
+    """Our planner under runtime ``rt``; no plan (proved infeasible, or out of time: InfeasibleError
+    constraint "time") becomes a plan-less Solution, so the comparison still has its row."""
+    from hapmoe_milp import api
+
+    try:
+        sol = api.solve(
+            m, c, solver, settings=st, time_limit=time_limit, optimizer_offload=optimizer_offload, runtime=rt
+        )
+        return sol, _plan_offloaded(sol, m, c, st)
+    except HapmoeError as err:
+        status = "timeout" if getattr(err, "constraint", "") == "time" else "infeasible"
+        return Solution(solver, status, None, math.inf, math.nan, 0.0, message=str(err)), False
+
+
+def _ratios(sol: Solution | None, ref: Solution) -> dict[str, float | None]:
+    """Throughput, MFU and latency of ``sol`` over the reference's (None where either has no plan)."""
+    if sol is None or sol.plan is None or ref.plan is None:
+        return {"throughput_ratio": None, "mfu_ratio": None, "latency_ratio": None}
+    ref_t, ref_mfu = ref.objective_s, ref.plan.predicted.get("mfu")
+    mfu = sol.plan.predicted.get("mfu")
+    return {
+        "throughput_ratio": ref_t / sol.objective_s,
+        "mfu_ratio": (mfu / ref_mfu) if (mfu and ref_mfu) else None,
+        "latency_ratio": sol.objective_s / ref_t,
+    }
+
+
+def _search_gaps(
+    solver: str, what_if: Solution, what_if_off: bool, sols: dict[str, Solution], offl: dict[str, bool]
+) -> list[str]:
+    """Notes where our what-if plan is slower than an in-space baseline under the same offload setting
+    (the baselines search the what-if space: like is compared with like)."""
+    notes: list[str] = []
+    if what_if.plan is None:
+        return notes
+    for key, sol in sols.items():
+        if sol.plan is None or not sol.stats.get("maps_to_plan", True):
+            continue
+        if what_if.objective_s > sol.objective_s * (1 + 1e-9) and offl[key] == what_if_off:
+            notes.append(
+                f"our {solver} plan ({what_if.objective_s:.4g} s) is slower than {SOLVER_NAMES[key]} "
+                f"({sol.objective_s:.4g} s) on the same space: a search gap"
+            )
+    return notes
 
 
 def _runtime_of(sol: Solution) -> str | None:

@@ -24,13 +24,10 @@ def models(
     from hapmoe_milp import render
 
     cat = STATE.catalog
-    if name:
-        m = catalog_model(name, "NAME")
-        d = m.describe()
-        _answer(as_json, d, lambda: render.kv_table(m.name, d))
-        return
-    rows = [cat.model(n).summary() for n in cat.model_names()]
-    _answer(as_json, rows, lambda: render.models_table(rows))
+    one = catalog_model(name, "NAME") if name else None
+    _show_or_list(
+        as_json, one, lambda m: m.name, lambda: [cat.model(n).summary() for n in cat.model_names()], render.models_table
+    )
 
 
 def clusters(
@@ -41,13 +38,14 @@ def clusters(
     from hapmoe_milp import render
 
     cat = STATE.catalog
-    if name:
-        c = catalog_cluster(name, "NAME")
-        d = c.describe()
-        _answer(as_json, d, lambda: render.kv_table(c.name, d))
-        return
-    rows = [cat.cluster(n).summary() for n in cat.cluster_names()]
-    _answer(as_json, rows, lambda: render.clusters_table(rows))
+    one = catalog_cluster(name, "NAME") if name else None
+    _show_or_list(
+        as_json,
+        one,
+        lambda c: c.name,
+        lambda: [cat.cluster(n).summary() for n in cat.cluster_names()],
+        render.clusters_table,
+    )
 
 
 def devices(
@@ -58,13 +56,33 @@ def devices(
     from hapmoe_milp import render
 
     cat = STATE.catalog
-    if name:
-        dv = cat.device(name, "", "NAME")
-        d = dv.describe()
-        _answer(as_json, d, lambda: render.kv_table(f"{dv.id} ({dv.provenance})", d))
+    one = cat.device(name, "", "NAME") if name else None
+    _show_or_list(
+        as_json,
+        one,
+        lambda dv: f"{dv.id} ({dv.provenance})",
+        lambda: [cat.device(n).summary() for n in cat.device_names()],
+        render.devices_table,
+    )
+
+
+def _show_or_list(
+    as_json: bool,
+    one: Any,
+    title: Callable[[Any], str],
+    rows: Callable[[], list[dict[str, Any]]],
+    table: Callable[[list[dict[str, Any]]], Any],
+) -> None:
+    """What every catalog command answers: the spec named (``one``: its description, titled ``title(one)``),
+    or, without a name (``one`` None), every catalog entry's summary row in ``table``."""
+    from hapmoe_milp import render
+
+    if one is not None:
+        d = one.describe()
+        _answer(as_json, d, lambda: render.kv_table(title(one), d))
         return
-    rows = [cat.device(n).summary() for n in cat.device_names()]
-    _answer(as_json, rows, lambda: render.devices_table(rows))
+    listed = rows()
+    _answer(as_json, listed, lambda: table(listed))
 
 
 def _answer(as_json: bool, value: Any, table: Callable[[], Any]) -> None:

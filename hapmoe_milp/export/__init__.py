@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from hapmoe_milp.config import Settings
@@ -112,22 +113,13 @@ def export_files(
     files: dict[str, str] = {"plan.json": full.to_json() + "\n"}
     if target == "megatron":
         args = megatron_args(plan, model, cluster)
-        files[_mg.ARGS_FILE] = _mg.format_args_file(args)
-        files["hostfile"] = hostfile(plan, cluster)
-        files.update(launch_scripts(plan, cluster, model))
-        files["README.txt"] = _mg.readme(plan, model, cluster, args)
+        files |= _launch_files(plan, model, cluster, args, _mg.ARGS_FILE, _mg.MEGATRON_FLAVOR, _mg.readme)
     elif target == "rocm":
         args = _rocm.rocm_args(plan, model, cluster)
-        files[_rocm.ARGS_FILE] = _mg.format_args_file(args)
-        files["hostfile"] = hostfile(plan, cluster)
-        files.update(launch_scripts(plan, cluster, model, flavor=_rocm.ROCM_FLAVOR))
-        files["README.txt"] = _mg.readme(plan, model, cluster, args)
+        files |= _launch_files(plan, model, cluster, args, _rocm.ARGS_FILE, _rocm.ROCM_FLAVOR, _mg.readme)
     elif target == "mindspeed":
         args = _ms.mindspeed_args(plan, model, cluster)
-        files[_ms.ARGS_FILE] = _mg.format_args_file(args)
-        files["hostfile"] = hostfile(plan, cluster)
-        files.update(launch_scripts(plan, cluster, model, flavor=_ms.MINDSPEED_FLAVOR))
-        files["README.txt"] = _ms.readme(plan, model, cluster, args)
+        files |= _launch_files(plan, model, cluster, args, _ms.ARGS_FILE, _ms.MINDSPEED_FLAVOR, _ms.readme)
     else:
         files[_fs.CONFIG_FILE] = flagscale_yaml(plan, model, cluster)
         files[_fs.EXPERIMENT_FILE] = _fs.experiment_yaml(
@@ -136,6 +128,25 @@ def export_files(
         files["hostfile"] = flagscale_hostfile(plan, cluster)
         files["README.txt"] = _fs.readme(plan, model, cluster)
     return files
+
+
+def _launch_files(
+    plan: Plan,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    args: list[str],
+    args_file: str,
+    flavor: _mg.Flavor,
+    readme: Callable[[Plan, ModelSpec, ClusterSpec, list[str]], str],
+) -> dict[str, str]:
+    """What every Megatron-style target launches with: its flags file, a hostfile, one torchrun script per
+    launch unit (in the runtime's ``flavor``) and a README; the targets differ in their flags and README."""
+    return {
+        args_file: _mg.format_args_file(args),
+        "hostfile": hostfile(plan, cluster),
+        **launch_scripts(plan, cluster, model, flavor=flavor),
+        "README.txt": readme(plan, model, cluster, args),
+    }
 
 
 def export_plan(

@@ -6,7 +6,7 @@ and size class of the stage placed last, device types seen); each state keeps th
 ``(sum tau, max tau, max sync)`` labels. What changes is the representation -- states and labels are
 numpy arrays, and each level extends all of them together -- and the bounds, which are stronger but
 still valid lower bounds (see :mod:`hapmoe_milp.search.dp_tables`), so exactness with every pruning
-switch off is kept.
+switch off is kept. The Pareto-front kernels the levels call are :mod:`hapmoe_milp.search.dp_fronts`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hapmoe_milp.instance import Option
+from hapmoe_milp.search.dp_fronts import label_front, pack, pair_front, pareto_mask
 from hapmoe_milp.search.dp_tables import (
     AG,
     OP,
@@ -118,7 +119,7 @@ def _capacity_unique(
 ) -> np.ndarray:
     """:func:`capacity_bound` evaluated once per distinct (group, start, remaining devices)."""
     T = rem.shape[1]
-    key = _pack([grp, s, *[rem[:, t] for t in range(T)]], [G, N + 1, *[int(inv[t]) + 1 for t in range(T)]])
+    key = pack([grp, s, *[rem[:, t] for t in range(T)]], [G, N + 1, *[int(inv[t]) + 1 for t in range(T)]])
     if key is None:
         return capacity_bound(bd, grp, s, rem)
     _uk, first, inverse = np.unique(key, return_index=True, return_inverse=True)
@@ -130,97 +131,6 @@ def _seg_min(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
     out = np.full(n, np.inf)
     np.minimum.at(out, seg, values)
     return out
-
-
-def pareto_mask(key: np.ndarray, tot: np.ndarray, tm: np.ndarray, sm: np.ndarray, eps: float) -> tuple[np.ndarray, int]:
-    """Keep-mask of labels not dominated in (tot, tm, sm) within their key; inputs sorted by (key, tot, tm, sm).
-
-    A label is dominated when an earlier label of the same key is no worse in all three (dominance is
-    transitive, so comparing against every earlier label, kept or not, gives the exact front). With
-    ``eps > 0`` a label on the exact front is also dropped when an earlier *kept* label is within a factor
-    ``1 + eps`` in tm and sm -- the reference's rule, evaluated to its fixed point. Returns the mask and
-    how many labels only the ``eps`` rule dropped.
-    """
-    n = len(key)
-    keep = np.ones(n, dtype=bool)
-    if n <= 1:
-        return keep, 0
-    start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    gsize = np.diff(np.r_[start, n])
-    grp = np.repeat(np.arange(len(start)), gsize)
-    pos = np.arange(n) - start[grp]
-    # 1. the earlier label with the least tm (a running arg-min per key, via integer ranks so keys can be
-    #    stacked without losing precision): a label whose tm is below every earlier one is on the front
-    rank = np.empty(n, dtype=np.int64)
-    rank[np.argsort(tm, kind="stable")] = np.arange(n)
-    val = (len(start) - 1 - grp) * (n + 1) + rank  # later keys are smaller: running minima reset per key
-    run = np.minimum.accumulate(val)
-    at = np.maximum.accumulate(np.where(val == run, np.arange(n), -1))
-    prev = np.r_[-1, at[:-1]]  # arg-min over labels before i (same key when pos > 0)
-    has = pos > 0
-    h = np.where(has, prev, 0)
-    dom2 = has & (tm[h] <= tm)  # some earlier label is no worse in (tot, tm)
-    sure = dom2 & (sm[h] <= sm) & (tot[h] <= tot)
-    j1 = np.maximum(np.arange(n) - 1, 0)
-    sure |= has & (tm[j1] <= tm) & (sm[j1] <= sm) & (tot[j1] <= tot)
-    keep[sure] = False
-    # 2. the rest of the (tot, tm)-dominated labels: compare with the earlier labels of their key that
-    #    step 1 kept (if any label dominates one, a label of the front does, and the front was kept)
-    r = np.flatnonzero(keep)
-    unsure = (dom2 & ~sure)[r]
-    if unsure.any():
-        rk = key[r]
-        rstart = np.flatnonzero(np.r_[True, rk[1:] != rk[:-1]])
-        rpos = np.arange(len(r)) - np.repeat(rstart, np.diff(np.r_[rstart, len(r)]))
-        rt, rm, rs = tot[r], tm[r], sm[r]
-        idx = np.flatnonzero(unsure)
-        d = 1
-        while len(idx):
-            idx = idx[rpos[idx] >= d]
-            if not len(idx):
-                break
-            j = idx - d
-            hit = (rm[j] <= rm[idx]) & (rs[j] <= rs[idx]) & (rt[j] <= rt[idx])
-            keep[r[idx[hit]]] = False
-            idx = idx[~hit]
-            d += 1
-    if eps <= 0:
-        return keep, 0
-    # eps-thinning among the exact front, against kept labels only (a sequential rule: iterate)
-    front = np.flatnonzero(keep)
-    if len(front) <= 1:
-        return keep, 0
-    fk, ft, fs = key[front], tm[front], sm[front]
-    fstart = np.flatnonzero(np.r_[True, fk[1:] != fk[:-1]])
-    fpos = np.arange(len(front)) - np.repeat(fstart, np.diff(np.r_[fstart, len(front)]))
-    f = 1.0 + eps
-    kept = np.ones(len(front), dtype=bool)
-    for _ in range(64):
-        drop = np.zeros(len(front), dtype=bool)
-        idx = np.flatnonzero(fpos >= 1)
-        d = 1
-        while len(idx):
-            j = idx - d
-            hit = kept[j] & (ft[j] <= ft[idx] * f) & (fs[j] <= fs[idx] * f)
-            drop[idx[hit]] = True
-            d += 1
-            idx = idx[fpos[idx] >= d]
-        new = ~drop
-        if np.array_equal(new, kept):
-            break
-        kept = new
-    keep[front[~kept]] = False
-    return keep, int((~kept).sum())
-
-
-def _pack(cols: list[np.ndarray], radix: list[int]) -> np.ndarray | None:
-    """Mixed-radix int64 key of integer columns, or None when it would overflow."""
-    if math.prod(radix) >= 2**62:
-        return None
-    key = np.zeros(len(cols[0]), dtype=np.int64)
-    for c, r in zip(cols, radix, strict=True):
-        key = key * r + c
-    return key
 
 
 @dataclass
@@ -318,7 +228,7 @@ def run_batch(batch: Batch, best: Best, counter: PruneCounter, clock: Clock) -> 
             break
         ge_keys, s_ge = np.unique(lv.grp * (batch.n_layers + 1) + lv.e, return_inverse=True)
         s_ge = s_ge.ravel()
-        l_cnt, l_start = lv.label_runs()
+        l_start = lv.label_runs()[1]
         mins = [np.minimum.reduceat(x, l_start) for x in (lv.tot, lv.tmx, lv.smx)]
         ge_mins = [_seg_min(m, s_ge, len(ge_keys)) for m in mins]
         bd = batch.bounds(k + 1)  # after this stage, the rest sit k + 1 or more from the end
@@ -329,14 +239,14 @@ def run_batch(batch: Batch, best: Best, counter: PruneCounter, clock: Clock) -> 
         if pairs is None:
             break
         # complete plans first: they tighten the bound for the rest of the level
-        _complete(batch, lv, pairs, l_cnt, l_start, hist, best)
+        _complete(batch, lv, pairs, hist, best)
         rest = np.flatnonzero(pairs["s"] > 0)
         if len(rest) == 0 or k == kmax_all:
             break
         if clock.passed():
             cnt.flush(counter)
             return False
-        lv = _extend(batch, lv, {n: a[rest] for n, a in pairs.items()}, l_cnt, l_start, hist, best, cnt, counter)
+        lv = _extend(batch, lv, {n: a[rest] for n, a in pairs.items()}, hist, best, cnt, counter)
         if lv is None:
             break
     cnt.flush(counter)
@@ -587,8 +497,6 @@ def _complete(
     batch: Batch,
     lv: _Level,
     pairs: dict[str, np.ndarray],
-    l_cnt: np.ndarray,
-    l_start: np.ndarray,
     hist: _History,
     best: Best,
 ) -> None:
@@ -596,6 +504,7 @@ def _complete(
     fi = np.flatnonzero(pairs["s"] == 0)
     if not len(fi):
         return
+    l_cnt, l_start = lv.label_runs()
     S = pairs["S"]
     own, off = _ranges(l_cnt[S[fi]])
     pair = fi[own]
@@ -620,8 +529,6 @@ def _extend(
     batch: Batch,
     lv: _Level,
     pairs: dict[str, np.ndarray],
-    l_cnt: np.ndarray,
-    l_start: np.ndarray,
     hist: _History,
     best: Best,
     cnt: _Counts,
@@ -630,6 +537,7 @@ def _extend(
     """Extend every label of each pair's state by the pair's stage (chunk by chunk), keep the labels that
     can still win and each next state's Pareto front: the next level."""
     pr = batch.subs[0].inst.pruning
+    l_cnt, l_start = lv.label_runs()
     T, N, G = len(batch.types), batch.n_layers, batch.n_groups
     inv, node = batch.inv, batch.node
     S, row, grp, s, typ, gsz = (pairs[n] for n in ("S", "row", "grp", "s", "typ", "gsz"))
@@ -642,12 +550,12 @@ def _extend(
     radix = [G, N + 1, *[int(inv[t]) + 1 for t in range(T)], T, int(max(batch.g.max(), node.max())) + 1, 1 << T]
     radix += [int(batch.mesh.max()) + 2, int(batch.mesh_min.max()) + 1, int(batch.tp.max()) + 1]
     radix += [int(batch.dp.max()) + 1]
-    key = _pack(cols, radix)
+    key = pack(cols, radix)
     if key is None:
         key = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].astype(np.int64).ravel()
     # stage options that lead from the same state to the same next state: one no worse in both stage
     # time and sync gives labels no worse than the other's, which need not be made at all
-    keep = _pair_front(S, key, tau, sync)
+    keep = pair_front(S, key, tau, sync)
     cnt.pareto += int((~keep).sum())
     S, row, grp, s, typ, gsz, tau, sync = (
         S[keep],
@@ -692,11 +600,11 @@ def _extend(
         acc.append((key[pair[w]], tot[w], tmx[w], smx[w], rest_max[pair[w]], pair[w], lv.hist[li[w]]))
         acc_n += len(w)
         if acc_n > 4 * CHUNK and len(acc) > 1:
-            acc = [_front(acc, pr.pareto_eps, counter)]
+            acc = [label_front(acc, pr.pareto_eps, counter)]
             acc_n = len(acc[0][0])
     if not acc_n:
         return None
-    nk, ntot, ntmx, nsmx, _fl, npair, npar = _front(acc, pr.pareto_eps, counter)
+    nk, ntot, ntmx, nsmx, _fl, npair, npar = label_front(acc, pr.pareto_eps, counter)
     cnt.pareto += acc_n - len(nk)
     hid = hist.add(row[npair], s[npair], lv.e[S[npair]], npar)
     head = np.r_[True, nk[1:] != nk[:-1]]
@@ -719,38 +627,6 @@ def _rule_columns(
     etp2 = np.where(et, np.where(root, batch.tp[row], lv.etp[S]), 0)
     edp2 = np.where(ed, np.where(root, batch.dp[row], lv.edp[S]), 0)
     return mesh2, run2, etp2, edp2
-
-
-def _pair_front(S: np.ndarray, key: np.ndarray, tau: np.ndarray, sync: np.ndarray) -> np.ndarray:
-    """Keep-mask of pairs not dominated in (tau, sync) by another pair of the same (state, next state);
-    of equal pairs the first is kept. The result keeps the pairs' original order."""
-    n = len(S)
-    if n <= 1:
-        return np.ones(n, dtype=bool)
-    order = np.lexsort((sync, tau, key, S))
-    gs, gk = S[order], key[order]
-    head = np.r_[True, (gs[1:] != gs[:-1]) | (gk[1:] != gk[:-1])]
-    grp = np.cumsum(head) - 1
-    rank = np.empty(n, dtype=np.int64)
-    rank[np.argsort(sync[order], kind="stable")] = np.arange(n)
-    val = (grp[-1] - grp) * (n + 1) + rank  # later groups are smaller: running minima reset per group
-    run = np.minimum.accumulate(val)
-    before = np.r_[np.iinfo(np.int64).max, run[:-1]]  # least sync rank among earlier pairs of the group
-    dominated = ~head & (before - (grp[-1] - grp) * (n + 1) <= rank)
-    keep = np.ones(n, dtype=bool)
-    keep[order[dominated]] = False
-    return keep
-
-
-def _front(acc: list[tuple[np.ndarray, ...]], eps: float, counter: PruneCounter) -> tuple[np.ndarray, ...]:
-    """Concatenate label chunks and keep each key's Pareto front, sorted by (key, total, tmax, smax)."""
-    key, tot, tmx, smx, fl, pair, par = (np.concatenate(c) for c in zip(*acc, strict=True))
-    order = np.lexsort((smx, tmx, tot, key))
-    key, tot, tmx, smx, fl, pair, par = (a[order] for a in (key, tot, tmx, smx, fl, pair, par))
-    keep, n_eps = pareto_mask(key, tot, np.maximum(tmx, fl), smx, eps)
-    if n_eps:
-        counter.add("pareto_eps", n_eps)
-    return tuple(a[keep] for a in (key, tot, tmx, smx, fl, pair, par))
 
 
 __all__ = ["Best", "Chain", "pareto_mask", "run_batch"]

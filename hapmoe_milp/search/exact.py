@@ -2,7 +2,8 @@
 
 The model itself is :mod:`hapmoe_milp.search.formulation` (arcs, cuts, and why each is valid); the
 backends translate it (:mod:`hapmoe_milp.search.backends`). This module decides what to solve, in which
-order, and what has been proved.
+order, and what has been proved (``auto``'s book of proofs and the certificate it reports:
+:mod:`hapmoe_milp.search.certificate`).
 
 Space. The exact solvers search what the DP searches: the instances of ``build_instances`` with the
 same ``max_vpp`` (``pruning.max_vpp``; :data:`EXACT_PRUNING` keeps the default 8), so the megatron family
@@ -50,7 +51,7 @@ from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.deadline import Deadline, TimeLimitReached
 from hapmoe_milp.instance import Instance, build_instances, group_keys
 from hapmoe_milp.plan import Plan
-from hapmoe_milp.search import backends
+from hapmoe_milp.search import backends, certificate
 from hapmoe_milp.search.block_bounds import BlockBounds
 from hapmoe_milp.search.depth_model import DepthModel
 from hapmoe_milp.search.formulation import (
@@ -89,6 +90,10 @@ PROGRESS_EVERY_S = 0.2
 #: few seconds) and hands only the hetero family to the exact backend. Below it (HAPMoE's Table 1) the
 #: depth models alone prove the optimum in seconds.
 SCALE_DEVICES = 64
+
+#: The certificate's book under its name before it moved to :mod:`~hapmoe_milp.search.certificate`
+#: (tests patch it here).
+_Certificate = certificate.Certificate
 
 
 @dataclass(eq=False)
@@ -324,42 +329,22 @@ def solve(
     cluster (``auto``'s runs share one). ``runtimes`` maps a family to the runtime whose rules its plans
     must meet (as for the DP). Extra ``options`` go to the backend (e.g. ``resolution_s``).
     """
-    if solver == "auto":
-        return _solve_auto(
-            model,
-            cluster,
-            settings,
-            family=family,
-            pruning=pruning,
-            time_limit=time_limit,
-            threads=threads,
-            relative_gap=relative_gap,
-            backend=backend,
-            split=split,
-            progress=progress,
-            cost_model=cost_model,
-            runtimes=runtimes,
-            **options,
-        )
-    return _solve_exact(
-        model,
-        cluster,
-        settings,
-        solver=solver,
+    # what both paths take alike; ``auto`` has no hint or instances (its DP makes the hint)
+    common: dict[str, Any] = dict(
         family=family,
         pruning=pruning,
         time_limit=time_limit,
         threads=threads,
         relative_gap=relative_gap,
         backend=backend,
-        hint=hint,
-        instances=instances,
         split=split,
         progress=progress,
         cost_model=cost_model,
         runtimes=runtimes,
-        **options,
     )
+    if solver == "auto":
+        return _solve_auto(model, cluster, settings, **common, **options)
+    return _solve_exact(model, cluster, settings, solver=solver, hint=hint, instances=instances, **common, **options)
 
 
 def _solve_exact(
@@ -542,38 +527,6 @@ def _infeasible_message(
     return str(diagnose(model, cluster, settings, fams, deadline))  # type: ignore[arg-type]
 
 
-class _Certificate:
-    """What ``auto`` has found and proved so far: the best plan, and per family the method that bounded it
-    and the bound (a family without an entry is not bounded yet)."""
-
-    def __init__(self, dp: Solution, t0: float, time_limit: float | None) -> None:
-        self.dp = dp
-        self.best = dp
-        self.t0 = t0
-        self.limit = time_limit
-        self.proof: dict[str, dict[str, Any]] = {}
-        self.stats: dict[str, Any] = {"dp_status": dp.status, "dp_objective_s": dp.objective_s, "dp_wall_s": dp.wall_s}
-
-    def left(self) -> float | None:
-        return None if self.limit is None else self.limit - (time.perf_counter() - self.t0)
-
-    def time_for(self, need: float) -> bool:
-        rem = self.left()
-        return rem is None or rem > need
-
-    def offer(self, sol: Solution) -> None:
-        if sol.plan is not None and (self.best.plan is None or sol.objective_s < self.best.objective_s):
-            self.best = sol
-
-    def prove(self, fam: str, method: str, sol: Solution, bound: float) -> None:
-        """Record what ``method`` established for family ``fam``: a proof when ``sol`` completed (optimal,
-        or nothing below the bound), else only a valid bound."""
-        self.proof[fam] = {"method": method, "status": sol.status, "bound_s": bound, "wall_s": sol.wall_s}
-
-    def proved(self, fam: str) -> bool:
-        return self.proof.get(fam, {}).get("status") in ("optimal", "infeasible")
-
-
 def _solve_auto(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -618,7 +571,7 @@ def _solve_auto(
         cost_model=cm,
         runtimes=runtimes,
     )
-    cert = _Certificate(dp, t0, time_limit)
+    cert = certificate.Certificate(dp, t0, time_limit)
     fams = _families(family)
     apart = cluster.world_size > SCALE_DEVICES if split_families is None else split_families
     todo = family
@@ -670,77 +623,7 @@ def _solve_auto(
             cert.prove(fam, exact_solver, ex, ex.bound_s)
     else:
         cert.stats["exact"] = "no time left"
-    return _finish_auto(model, cluster, settings, cert, todo, off, t0, pr, cm, runtimes)
-
-
-def _finish_auto(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    settings: Settings,
-    cert: _Certificate,
-    todo: str,
-    off: Pruning,
-    t0: float,
-    pr: Pruning,
-    cm: CostModel,
-    runtimes: Mapping[str, Runtime | None] | None,
-) -> Solution:
-    """The unpruned DP as a second proof of the families not proved yet, then the certificate."""
-    from hapmoe_milp.search.dp import solve_dp
-
-    fams = _families(todo)
-    if not all(cert.proved(f) for f in fams) and cert.time_for(1.0):
-        # the unpruned DP is exact over the instance: when it finishes, its optimum is the proof
-        dx = solve_dp(
-            model,
-            cluster,
-            settings,
-            family=todo,
-            pruning=off,
-            time_limit=cert.left(),
-            name="dp-exact",
-            cost_model=cm,
-            runtimes=runtimes,
-        )
-        cert.stats.update({"dp_exact_status": dx.status, "dp_exact_wall_s": dx.wall_s})
-        cert.offer(dx)
-        if dx.status == "infeasible" and cert.best.plan is None:
-            return replace(dx, solver="auto", wall_s=time.perf_counter() - t0, stats={**dx.stats, **cert.stats})
-        if dx.status in ("optimal", "infeasible"):
-            for fam in fams:
-                cert.prove(fam, "dp-exact", dx, dx.objective_s)
-    all_fams = _families("both") if set(cert.proof) - set(fams) else fams
-    proved = all(cert.proved(f) for f in all_fams)
-    methods = sorted({cert.proof[f]["method"] for f in all_fams if f in cert.proof})
-    stats = dict(cert.stats)
-    if proved and len(methods) > 1:
-        stats["proved_by"] = " + ".join(f"{cert.proof[f]['method']} ({f})" for f in all_fams)
-    else:
-        stats["proved_by"] = methods[0] if proved else None
-    stats["proof"] = cert.proof
-    stats["max_vpp"] = pr.max_vpp  # the space the certificate is about
-    best, dp = cert.best, cert.dp
-    wall = time.perf_counter() - t0
-    bounds = [cert.proof[f]["bound_s"] if f in cert.proof else math.nan for f in all_fams]
-    bound = min(bounds) if bounds and all(b == b for b in bounds) else math.nan
-    if best.plan is None:
-        return replace(best, solver="auto", status="timeout", bound_s=bound, wall_s=wall, stats={**best.stats, **stats})
-    if proved:
-        bound = min(bound, best.objective_s) if bound == bound else best.objective_s
-    if dp.plan is not None:
-        if best is not dp:
-            stats["dp_gap_to_best"] = max(0.0, (dp.objective_s - best.objective_s) / dp.objective_s)
-        if bound == bound:
-            stats["dp_gap_to_bound"] = max(0.0, (dp.objective_s - bound) / dp.objective_s)
-    return replace(
-        best,
-        solver="auto",
-        status="optimal" if proved else "feasible",  # type: ignore[arg-type]
-        bound_s=bound,
-        wall_s=wall,
-        pruned={**dp.pruned},
-        stats={**best.stats, **stats},
-    )
+    return certificate.finish(model, cluster, settings, cert, todo, off, t0, pr, cm, runtimes)
 
 
 __all__ = ["EXACT_PRUNING", "solve"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from hapmoe_milp.specs._fields import Fields
-from hapmoe_milp.specs.runtime import ParamInfo
+from hapmoe_milp.specs.runtime import ParamInfo, read_bounded
 
 #: Meaning, unit and physical range of each term.
 MEMORY_PARAMS: tuple[ParamInfo, ...] = (
@@ -73,13 +73,4 @@ def memory_terms_from_fields(f: Fields | None) -> MemoryTerms:
     """Read a device table's optional ``memory:`` mapping; each value must lie in its physical range."""
     if f is None:
         return MemoryTerms()
-    vals: dict[str, float] = {}
-    for p in MEMORY_PARAMS:
-        v = f.float_(p.name, None, positive=False)
-        if v is None:
-            continue
-        if not p.lo <= v <= p.hi:
-            raise f.err(p.name, f"must lie in [{p.lo:g}, {p.hi:g}] {p.unit}, got {v:g}")
-        vals[p.name] = v
-    f.reject_unknown(allowed_extra=("note", "source", "sources"))
-    return MemoryTerms(**vals)
+    return MemoryTerms(**read_bounded(f, MEMORY_PARAMS))

@@ -11,7 +11,7 @@ ranges. The cost model (:mod:`hapmoe_milp.cost`) is the only reader.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -245,16 +245,26 @@ def runtime_from_fields(f: Fields | None, base: RuntimeParams | None = None) -> 
     rt = base or RuntimeParams()
     if f is None:
         return rt, [p.name for p in PARAMS]
+    vals = read_bounded(f, PARAMS, say_meaning=True)
+    return rt.with_values(vals), [p.name for p in PARAMS if p.name not in vals]
+
+
+def read_bounded(f: Fields, params: Sequence[ParamInfo], *, say_meaning: bool = False) -> dict[str, float]:
+    """The values ``f`` sets among ``params`` (the others are left to the caller's defaults), each checked
+    against its physical range ``[lo, hi]``; any other key but the provenance ones is refused. With
+    ``say_meaning`` an out-of-range message also says what the value means (the runtime terms' names are
+    terse)."""
     vals: dict[str, float] = {}
-    for p in PARAMS:
+    for p in params:
         v = f.float_(p.name, None, positive=False)
         if v is None:
             continue
         if not p.lo <= v <= p.hi:
-            raise f.err(p.name, f"must lie in [{p.lo:g}, {p.hi:g}] {p.unit} ({p.meaning.split(';')[0]}), got {v:g}")
+            meaning = f" ({p.meaning.split(';')[0]})" if say_meaning else ""
+            raise f.err(p.name, f"must lie in [{p.lo:g}, {p.hi:g}] {p.unit}{meaning}, got {v:g}")
         vals[p.name] = v
     f.reject_unknown(allowed_extra=("note", "source", "sources"))
-    return rt.with_values(vals), [p.name for p in PARAMS if p.name not in vals]
+    return vals
 
 
 def runtime_doc(rt: RuntimeParams) -> dict[str, Any]:
