@@ -258,8 +258,17 @@ def device_hash(dev: DeviceSpec) -> str:
     """Content hash of a device table: every field (peaks, fabric, lookup tables, overheads) but where the
     file lives. Generic over the dataclass, so fields added to device tables later are covered too."""
     doc = dataclasses.asdict(dev)
-    doc.pop("origin", None)
-    return spec_hash(doc)
+    origin = doc.pop("origin", None)
+    # lookup tables name the file they came from (for their error messages): where it lives is not content
+    return spec_hash(_without_path(doc, origin) if origin else doc)
+
+
+def _without_path(x: Any, path: str) -> Any:
+    if isinstance(x, dict):
+        return {k: _without_path(v, path) for k, v in x.items() if not (k == "source" and v == path)}
+    if isinstance(x, (list, tuple)):
+        return [_without_path(v, path) for v in x]
+    return x
 
 
 def cluster_to_dict(c: ClusterSpec) -> dict[str, Any]:
