@@ -77,7 +77,7 @@ BREAKDOWN_LEGEND = (
 STAGES_LEGEND = (
     "Stages in pipeline order. stage ms = forward + backward + pipeline sends of one micro-batch; "
     "* = the bottleneck, the slowest stage, which sets the 1F1B rate. megatron family = one mesh shape for "
-    "every stage (upstream Megatron-LM); hetero = a mesh per stage (FlagScale). mem/cap = peak memory per "
+    "every stage; hetero = a mesh per stage (the runtime line below names what runs it). mem/cap = peak memory per "
     "device / usable capacity, GiB."
 )
 
