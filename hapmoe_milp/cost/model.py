@@ -80,6 +80,33 @@ class LayerCost:
 
 
 @dataclass(frozen=True)
+class _LayerBase:
+    """A layer's recompute-independent pieces (:meth:`CostModel._layer_base`): shared by the recompute
+    ladder's rungs of one (device, config, micro-batch, kind), which the search prices side by side."""
+
+    compute: Any  # cost.layer's kernel-time breakdown
+    is_moe: bool
+    fparts: dict[str, float]  # forward pieces recompute repeats (cost/recompute.py)
+    terms: Any  # activation terms (cost/memory.py)
+    tp_f: float
+    tp_b: float
+    cp_f: float
+    cp_b: float
+    ep_total: float
+    gpu_f: float
+    gpu_b: float  # before recompute
+    dense_local: float
+    exp_local: float
+    state: Any
+    weights: float
+    rs: float
+    ag: float
+    opt: float
+    fsdp_f: float
+    fsdp_b: float
+
+
+@dataclass(frozen=True)
 class LayerSplit:
     """A MoE layer's attention side (attention, router, norms, permute, shared experts, TP comm, host
     overheads), per micro-batch on one rank, and the model's dense layers on the same mesh; routed
@@ -187,8 +214,64 @@ class CostModel:
         return self._cached("L", self._layer, did, cfg, b, kind, recompute)
 
     def _layer(self, did: str, cfg: ParallelConfig, b: int, kind: LayerKind, recompute: Recompute) -> LayerCost:
-        """One layer on one micro-batch of ``b`` samples: kernel time and communication
-        (:mod:`hapmoe_milp.cost.layer`), then EP overlap, recompute, host overheads and memory, composed here."""
+        """One layer on one micro-batch of ``b`` samples under ``recompute``: the recompute-independent pieces
+        (:meth:`_layer_base`, priced once for every rung of the recompute ladder), then recompute, host
+        overheads and the activations it keeps, composed here."""
+        m, st, dev = self.model, self.settings, self.device(did)
+        base = self._cached("Lb", self._layer_base, did, cfg, b, kind)
+        c = base.compute
+        # ---- recompute: extra forward work during backward, by Megatron module (cost/recompute.py)
+        spec = parse_recompute(recompute)
+        rec, rec_tp, rec_cp, rec_ep = recompute_forward(spec, base.fparts)
+        rec += offload_time(dev, st, base.terms, spec, c.f_comp)
+        gpu_b = base.gpu_b + rec
+        # ---- host: kernels issued per micro-batch, and the dropless router's token-count sync
+        kern = layer_kernels(
+            m,
+            cfg,
+            kind,
+            st.dispatcher,
+            st.precision,
+            "full" if spec.granularity == "full" else "none",
+            st.fp8_recipe,
+            st.cuda_graph_scope,
+        )
+        host_f = host_overhead(kern.fwd, dev, kern.syncs_fwd)
+        host_b = host_overhead(kern.bwd, dev, kern.syncs_bwd)
+        # ---- memory: stored activations and the working set under this recompute
+        act = stored_bytes(base.terms, spec, st.offload_modules)
+        work = working_bytes(base.terms, spec, c.routed_rows * st.imbalance if base.is_moe else 0.0, m.hidden_size)
+        if kind == "mtp":
+            work += head_bytes(m, st, cfg, b)[1]  # the MTP layer's own logits and loss
+        return LayerCost(
+            fwd=base.gpu_f + host_f + base.fsdp_f,
+            bwd=gpu_b + host_b + base.fsdp_b,
+            compute=c.f_comp + c.b_comp + rec - rec_tp - rec_cp - rec_ep,
+            tp=base.tp_f + base.tp_b + rec_tp,
+            cp=base.cp_f + base.cp_b + rec_cp,
+            ep=base.ep_total + rec_ep,
+            act=act,
+            weights=base.weights,
+            params_dense=base.dense_local,
+            params_expert=base.exp_local,
+            rs=base.rs,
+            ag=base.ag,
+            opt=base.opt,
+            work=work,
+            host=host_f + host_b,
+            parts={
+                "recompute": rec,
+                "kernels_fwd": kern.fwd,
+                "kernels_bwd": kern.bwd,
+                "fsdp": base.fsdp_f + base.fsdp_b,
+            },
+            state=base.state,
+        )
+
+    def _layer_base(self, did: str, cfg: ParallelConfig, b: int, kind: LayerKind) -> _LayerBase:
+        """The pieces of a layer's price that no recompute setting changes: kernel time and communication
+        (:mod:`hapmoe_milp.cost.layer`) with EP and TP overlap, the forward pieces recompute repeats, the
+        activation terms it chooses among, and model state with its gradient/parameter sync."""
         m, st, dev = self.model, self.settings, self.device(did)
         prec = st.precision
         tp = cfg.tp
@@ -214,9 +297,6 @@ class CostModel:
         if st.tp_comm_overlap and tp_f > 0:
             tp_b = tp_f - dev.runtime.tp_overlap * min(tp_f, b_comp)
             tp_f = tp_f - dev.runtime.tp_overlap * min(tp_f, f_comp)
-
-        # ---- recompute: extra forward work during backward, by Megatron module (cost/recompute.py)
-        spec = parse_recompute(recompute)
         h = m.hidden_size
         fparts = {
             "compute": f_comp,
@@ -234,58 +314,32 @@ class CostModel:
             if mixer == "attention" and m.multi_latent_attention
             else 0.0,
         }
-        rec, rec_tp, rec_cp, rec_ep = recompute_forward(spec, fparts)
-        terms = activation_terms(m, st, cfg, b, kind, routed_rows)
-        rec += offload_time(dev, st, terms, spec, f_comp)
-
-        gpu_f = f_comp + tp_f + cp_f + (ep_total / 2)
-        gpu_b = b_comp + tp_b + cp_b + (ep_total / 2) + rec
-        # ---- host: kernels issued per micro-batch, and the dropless router's token-count sync
-        kern = layer_kernels(
-            m,
-            cfg,
-            kind,
-            st.dispatcher,
-            prec,
-            "full" if spec.granularity == "full" else "none",
-            st.fp8_recipe,
-            st.cuda_graph_scope,
-        )
-        host_f = host_overhead(kern.fwd, dev, kern.syncs_fwd)
-        host_b = host_overhead(kern.bwd, dev, kern.syncs_bwd)
-        fwd, bwd, host = gpu_f + host_f, gpu_b + host_b, host_f + host_b
-
-        # ---- memory: weights + optimizer state, stored activations
         p = m.layer_params(kind)
         dense_local = p["tp"] / tp + p["replicated"]
         exp_local = p["expert"] / (cfg.ep * cfg.etp) if p["expert"] else 0.0
-        act = stored_bytes(terms, spec, st.offload_modules)
-        work = working_bytes(terms, spec, routed_rows * st.imbalance if is_moe else 0.0, m.hidden_size)
-        if kind == "mtp":
-            work += head_bytes(m, st, cfg, b)[1]  # the MTP layer's own logits and loss
-        state = layer_state(st, cfg, dense_local, exp_local)
         weights, rs, ag, opt = self.state_and_sync(dev, did, cfg, dense_local, exp_local)
         fsdp_f, fsdp_b = fsdp_exposed(self, dev, did, cfg, dense_local, exp_local, c.f_comp, c.b_comp)
-        fwd += fsdp_f
-        bwd += fsdp_b
-        return LayerCost(
-            fwd=fwd,
-            bwd=bwd,
-            compute=f_comp + b_comp + rec - rec_tp - rec_cp - rec_ep,
-            tp=tp_f + tp_b + rec_tp,
-            cp=cp_f + cp_b + rec_cp,
-            ep=ep_total + rec_ep,
-            act=act,
+        return _LayerBase(
+            compute=c,
+            is_moe=is_moe,
+            fparts=fparts,
+            terms=activation_terms(m, st, cfg, b, kind, routed_rows),
+            tp_f=tp_f,
+            tp_b=tp_b,
+            cp_f=cp_f,
+            cp_b=cp_b,
+            ep_total=ep_total,
+            gpu_f=f_comp + tp_f + cp_f + (ep_total / 2),
+            gpu_b=b_comp + tp_b + cp_b + (ep_total / 2),
+            dense_local=dense_local,
+            exp_local=exp_local,
+            state=layer_state(st, cfg, dense_local, exp_local),
             weights=weights,
-            params_dense=dense_local,
-            params_expert=exp_local,
             rs=rs,
             ag=ag,
             opt=opt,
-            work=work,
-            host=host,
-            parts={"recompute": rec, "kernels_fwd": kern.fwd, "kernels_bwd": kern.bwd, "fsdp": fsdp_f + fsdp_b},
-            state=state,
+            fsdp_f=fsdp_f,
+            fsdp_b=fsdp_b,
         )
 
     def expert_gemms(self, did: str, rows_per_expert: float, local: int, etp: int) -> float:
