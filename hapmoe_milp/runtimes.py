@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from hapmoe_milp.config import RECOMPUTE_LEVELS, RECOMPUTE_MODULES, Family, Recompute
+from hapmoe_milp.config import RECOMPUTE_LEVELS, RECOMPUTE_MODULES, Family, Recompute, parse_recompute
 from hapmoe_milp.errors import SettingsError
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
@@ -136,12 +136,12 @@ class Runtime:
         """Whether a stage may take recompute ``level``: a ladder level it lists; ``full:K``/``uniform:N``
         (Megatron's block and uniform methods of full recompute) where it runs ``full``; a module set where
         it runs selective recompute and knows every module (``--recompute-modules``)."""
-        if level in self.recompute:
+        spec = parse_recompute(level)  # one parser for every recompute value (config.py)
+        if spec.name in self.recompute:
             return True
-        if level.startswith(("full:", "uniform:")):
+        if spec.granularity == "full":
             return "full" in self.recompute
-        mods = [m for m in level.split(",") if m]
-        return "selective" in self.recompute and bool(mods) and all(m in self.recompute_modules for m in mods)
+        return "selective" in self.recompute and all(m in self.recompute_modules for m in spec.modules)
 
     def cite(self, feature: str) -> str:
         src = self.cites.get(feature)
