@@ -179,7 +179,10 @@ def compare_against(
     sols, offl = _run_baselines(m, c, st, names, clock, allow_retry, ours_runs)
 
     def search(rt: str, parts: int) -> tuple[Solution, bool]:
-        left = None if time_limit is None else max(0.05, clock.left() / parts)
+        left = None if time_limit is None else clock.left() / parts
+        if left is not None and left <= 0:  # the limit is the whole comparison's: nothing left, no search
+            why = f"the {time_limit:g} s limit ran out before this search began"
+            return Solution(solver, "timeout", None, math.inf, math.nan, 0.0, message=why), False
         return _search_ours(m, c, st, solver, rt, left, optimizer_offload)
 
     ours, ours_off = search(runtime, 2 if runtime != "any" else 1)
