@@ -246,19 +246,26 @@ def solve(
         tries = [replace(st, optimizer_offload=bool(optimizer_offload))]
     overlap_auto = settings is None and settings_kw.get("overlap_ep_comm") is None and ep_overlap_applies(m, st)
     last: Solution | None = None
+    ran_out = False  # a try or alternative the limit left no time for: "no plan" is then not a proof
     t0 = time.perf_counter()
     # one cost model for every try: the offload retry re-prices only weights and optimizer terms
     cm = CostModel(m, c, tries[0])
     for s in tries:
         # one time limit for the whole solve: every later try gets what the earlier ones left
-        left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
+        left = limit - (time.perf_counter() - t0) if limit else limit
+        if left is not None and left <= 0:  # the limit is the whole solve's: nothing left for this try
+            ran_out = True
+            break
         opts = {**options, "cost_model": cm.for_settings(s)}
         sol = _run_solver(m, c, s, solver, spaces, pruning, left, opts, progress)
         for s_alt, space in _alternatives(s, spaces, fsdp_search, overlap_auto):
             if s_alt.overlap_ep_comm and sol.status == "infeasible":
                 # overlap searches a subset of the options at no less memory: nothing fits there either
                 continue
-            left = max(0.05, limit - (time.perf_counter() - t0)) if limit else limit
+            left = limit - (time.perf_counter() - t0) if limit else limit
+            if left is not None and left <= 0:
+                ran_out = True
+                break
             # FSDP and EP overlap change more than the offload terms a shared cost model re-prices: each
             # alternative prices with its own cost model
             alt = _run_solver(m, c, s_alt, solver, space, pruning, left, options, progress)
@@ -272,13 +279,12 @@ def solve(
             if warn:
                 log.warning("%s", warn)
             return out
-        if sol.status == "timeout":
+        if sol.status == "timeout" or ran_out:
             break
     from hapmoe_milp.search.diagnose import diagnose
     from hapmoe_milp.search.dp import families
 
-    assert last is not None
-    if last.status == "timeout":
+    if ran_out or last is None or last.status == "timeout":
         raise InfeasibleError(
             f"{solver} found no plan within the time limit ({limit:g} s); give it more time with "
             f"--time-limit {max(2 * limit, 60):g} (time_limit= in Python)",

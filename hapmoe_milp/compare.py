@@ -229,14 +229,19 @@ def _run_all(
     for i, name in enumerate(solvers):
         limit = time_limit
         if clock.at is not None:
-            share = max(0.05, clock.left() / (len(solvers) - i))
+            share = clock.left() / (len(solvers) - i)
             limit = share if limit is None else min(limit, share)
-        out = _run(name, model, cluster, settings, family, limit, hint, options)
+        if limit is not None and limit <= 0:  # the whole comparison's limit ran out: this solver never starts
+            out: Solution | str = f"the comparison's time limit ran out before {name} began"
+            status = "timeout"
+        else:
+            out = _run(name, model, cluster, settings, family, limit, hint, options)
+            status = "skipped"
         if isinstance(out, str):
             results.append(
                 {
                     "solver": name,
-                    "status": "skipped",
+                    "status": status,
                     "objective_s": math.nan,
                     "bound_s": math.nan,
                     "gap": math.nan,
