@@ -12,7 +12,6 @@ for MoE) element-wise work and stored activations are further split by TP.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
