@@ -15,7 +15,7 @@ calibrated tables in ``clusters/devices-calibrated/`` and checks each against it
 
 Usage::
 
-    python bench/fidelity.py [--runs bench/calibration/runs.yaml] [--write-tables] [--no-results]
+    python bench/fidelity.py [--runs bench/calibration/runs.yaml] [--write-tables] [--no-results] [--no-memory]
     python bench/fidelity.py --devices b200,h100 --kinds model   # a cheap subset while iterating (prints only)
 """
 
@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=",".join(KINDS), help="cross-validations to run (model,source,run)")
     ap.add_argument("--memory-runs", type=Path, default=ROOT / "bench" / "calibration" / "memory_runs.yaml")
     ap.add_argument("--memory-only", action="store_true", help="only the memory section (no table fitting)")
+    ap.add_argument("--no-memory", action="store_true", help="leave the memory section (fidelity_memory) as it is")
     ap.add_argument(
         "--devices",
         default="",
@@ -125,10 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     print(body)
     if subset:
         return 0  # a subset's figures never replace the full set's section
+    if not args.no_results:
+        update_section("fidelity", body)
+    if args.no_memory:
+        return 0
     mem = memory_section(args.memory_runs, args.runs, shipped, command_line())
     print(mem)
     if not args.no_results:
-        update_section("fidelity", body)
         update_section("fidelity_memory", mem)
     return 0
 
