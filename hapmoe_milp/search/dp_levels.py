@@ -410,17 +410,43 @@ def _pairs(
         cross = has & (nd != typ) & (2 * p2p > pr.eta * cands.tau[c])
         cnt.cross_type_comm += int(cross.sum())
         ok &= ~cross
+    mt, mx, ms = (m[S] for m in mins)
+    # a cheaper bound first: what :func:`_rest` adds is at least ``sum_pre`` to the sum (its rest_sum
+    # is the max of that and more; 0 = sum_pre[:, 0] for a first stage) and at least 0 to the max, so a
+    # pair this bound already puts at or past the best plan is dropped below whatever the rules and
+    # _rest say; dropping it now only spares their work (the pairs kept are the same)
+    pb0 = (
+        batch.alpha[grp] * (mt + tau + bd.sum_pre[grp, s])
+        + batch.beta[grp] * np.maximum(mx, tau)
+        + np.maximum(ms, sync)
+    )
+    bad0 = ok & (pb0 >= best.value)
+    cnt.bound += int(bad0.sum())
+    live = np.flatnonzero(ok & ~bad0)
+    if len(live) == 0:
+        return None
+    S, row, grp, s, typ, gsz, tau, sync = (
+        S[live],
+        row[live],
+        grp[live],
+        s[live],
+        typ[live],
+        gsz[live],
+        tau[live],
+        sync[live],
+    )
+    mt, mx, ms = mt[live], mx[live], ms[live]
+    ok = np.ones(len(S), dtype=bool)
     rules = _stage_rules_ok(batch, lv, S, row, grp, s)
     if rules is not None:
         ok &= rules
     used2 = lv.used[S].copy()
     used2[np.arange(len(S)), typ] += gsz
     rest_sum, rest_max = np.zeros(len(S)), np.zeros(len(S))
-    nf = np.flatnonzero(s > 0)
+    nf = np.flatnonzero(ok & (s > 0))
     if len(nf):
         okn, rest_sum[nf], rest_max[nf] = _rest(batch, k, grp[nf], s[nf], inv[None, :] - used2[nf], gsz[nf], bd, cnt)
         ok[nf] &= okn
-    mt, mx, ms = (m[S] for m in mins)
     pb = (
         batch.alpha[grp] * (mt + tau + rest_sum)
         + batch.beta[grp] * np.maximum(np.maximum(mx, tau), rest_max)
@@ -448,16 +474,23 @@ def _stage_rules_ok(
     et, ed = batch.edge_tp[grp], batch.edge_dp[grp]
     if not ((mm > 1).any() or et.any() or ed.any()):
         return None
-    prev = lv.mesh[S]
-    closes = (prev >= 0) & (batch.mesh[row] != prev)
-    ok = ~((mm > 1) & closes & (lv.run[S] < mm))
-    first = s == 0
-    root = lv.nd[S] < 0  # a one-stage plan: this stage is the last one too
-    last_tp = np.where(root, batch.tp[row], lv.etp[S])
-    last_dp = np.where(root, batch.dp[row], lv.edp[S])
-    ok &= ~(first & et & (batch.tp[row] != last_tp))
-    ldp = np.maximum(last_dp, 1)
-    ok &= ~(first & ed & (batch.dp[row] % ldp != 0) & (ldp % np.maximum(batch.dp[row], 1) != 0))
+    # each rule is evaluated only on the pairs it constrains (few: first stages, groups with a mesh rule)
+    ok = np.ones(len(S), dtype=bool)
+    r = np.flatnonzero(mm > 1)
+    if len(r):
+        prev = lv.mesh[S[r]]
+        closes = (prev >= 0) & (batch.mesh[row[r]] != prev)
+        ok[r] = ~(closes & (lv.run[S[r]] < mm[r]))
+    f = np.flatnonzero((s == 0) & (et | ed))
+    if len(f):
+        sf, rf = S[f], row[f]
+        root = lv.nd[sf] < 0  # a one-stage plan: this stage is the last one too
+        tp, dp = batch.tp[rf], batch.dp[rf]
+        last_tp = np.where(root, tp, lv.etp[sf])
+        ldp = np.maximum(np.where(root, dp, lv.edp[sf]), 1)
+        bad = et[f] & (tp != last_tp)
+        bad |= ed[f] & (dp % ldp != 0) & (ldp % np.maximum(dp, 1) != 0)
+        ok[f] &= ~bad
     return ok
 
 
@@ -465,10 +498,34 @@ def _rest(
     batch: Batch, k: int, grp: np.ndarray, s: np.ndarray, rem: np.ndarray, gsz: np.ndarray, bd: Bounds, cnt: _Counts
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For layers ``[0, s)`` still to place on ``rem`` devices per type: whether it is possible at all,
-    and lower bounds on the sum and on the largest of the remaining stages' times."""
+    and lower bounds on the sum and on the largest of the remaining stages' times.
+
+    A pure function of (group, start, remaining devices, stage size) at this level, and many pairs share
+    them: evaluated once per distinct tuple (:func:`_rest_unique`), the counts weighted by how many
+    pairs share it."""
+    T = rem.shape[1]
+    key = pack(
+        [grp, s, gsz, *[rem[:, t] for t in range(T)]],
+        [batch.n_groups, batch.n_layers + 1, int(batch.g.max()) + 1, *[int(batch.inv[t]) + 1 for t in range(T)]],
+    )
+    if key is None or len(key) < 2:
+        ok, rest_sum, rest_max, n_mem = _rest_unique(batch, k, grp, s, rem, gsz, bd)
+        cnt.memory_bound += int(n_mem.sum())
+        return ok, rest_sum, rest_max
+    _uk, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    ok, rest_sum, rest_max, n_mem = _rest_unique(batch, k, grp[first], s[first], rem[first], gsz[first], bd)
+    cnt.memory_bound += int((n_mem * np.bincount(inverse, minlength=len(first))).sum())
+    return ok[inverse], rest_sum[inverse], rest_max[inverse]
+
+
+def _rest_unique(
+    batch: Batch, k: int, grp: np.ndarray, s: np.ndarray, rem: np.ndarray, gsz: np.ndarray, bd: Bounds
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_rest` for each row, plus per row how many memory rules removed it (0 or 1, for the count)."""
     ok = rem.sum(axis=1) > 0
     memb = bd.m_pre[grp, s] > (rem * bd.cap_t[grp]).sum(axis=1)  # bytes needed vs capacity left
-    cnt.memory_bound += int((ok & memb).sum())
+    n_mem = (ok & memb).astype(np.int64)
     ok &= ~memb
     fpp = batch.pp[grp]
     left = np.where(fpp > 0, fpp - k, batch.kmax[grp] - k)
@@ -482,7 +539,7 @@ def _rest(
         ok &= ~fixed_g | ((rem // np.maximum(gsz, 1)[:, None]).sum(axis=1) >= left)
     t_cap = _capacity_unique(bd, grp, s, rem, batch.n_groups, batch.n_layers, batch.inv)
     memc = ~np.isfinite(t_cap)
-    cnt.memory_bound += int((ok & memc).sum())
+    n_mem += ok & memc
     ok &= ~memc
     w = bd.w_pre[grp, s]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -490,7 +547,7 @@ def _rest(
         # the stages' times add up to at least the per-layer least times, and to at least the work
         # over the largest stage the remaining devices can still form
         rest_sum = np.maximum(bd.sum_pre[grp, s], np.where(big > 0, w / np.where(big > 0, big, 1.0), 0.0))
-    return ok, rest_sum, rest_max
+    return ok, rest_sum, rest_max, n_mem
 
 
 def _complete(
