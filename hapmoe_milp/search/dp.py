@@ -310,6 +310,7 @@ def solve_dp(
     progress: Progress | None = None,
     cost_model: CostModel | None = None,
     runtimes: Mapping[str, Runtime | None] | None = None,
+    plan_by: float | None = None,
 ) -> Solution:
     """Search every plan of the DP's space; anytime: ``time_limit`` covers the whole call, building included.
 
@@ -317,12 +318,17 @@ def solve_dp(
     reused; settings that differ only in optimizer offload share through :meth:`CostModel.for_settings`).
     ``runtimes`` maps a family to the runtime whose rules its plans must meet (missing or None: the
     what-if space of that family).
+    ``plan_by``: seconds (from the call) by which the search must have found a plan, or it stops there
+    (status ``timeout``, no plan, ``stats["no_plan_by_s"]``): the caller has a later try for the time
+    left (:func:`hapmoe_milp.api.solve`'s optimizer-offload retry). A search with a plan by then runs on.
 
     The status says how far the answer is proven: ``optimal`` when the search completed and no rule that
     can cut the optimum fired (``stats["cut_by"]`` is empty), ``feasible`` when it completed but such a
     rule fired (``cut_by`` names them), ``timeout`` when the clock stopped it (the best plan so far).
     """
-    search = _DPSearch(model, cluster, settings, pruning, time_limit, progress, cost_model, instances is None, runtimes)
+    search = _DPSearch(
+        model, cluster, settings, pruning, time_limit, progress, cost_model, instances is None, runtimes, plan_by
+    )
     if instances is not None:
         given = sorted(instances, key=lambda i: (i.family != "megatron", -i.samples_per_mb, i.vpp))
         fams: list[tuple[Family, list[Instance] | None]] = [
@@ -334,6 +340,8 @@ def solve_dp(
     refined = complete and search.refining and search.refine()
     run = search.run
     sol = _solution(name, run, search.pr, complete, refined, time.perf_counter() - run.t0)
+    if not complete and sol.plan is None and search.clock.soft_passed() and plan_by is not None:
+        sol.stats["no_plan_by_s"] = plan_by  # stopped early for a later try, not by the limit
     n_done = max(1, run.n_inst)
     run.report(run.phase, n_done, n_done, force=True)  # the last event carries the final best
     return sol
@@ -355,11 +363,16 @@ class _DPSearch:
         cost_model: CostModel | None,
         own_instances: bool,
         runtimes: Mapping[str, Runtime | None] | None = None,
+        plan_by: float | None = None,
     ) -> None:
         t0 = time.perf_counter()
         self.c0 = time.process_time()
         self.model, self.cluster, self.settings = model, cluster, settings
-        self.clock = Clock(wall=t0 + time_limit if time_limit else None)
+        self.clock = Clock(
+            wall=t0 + time_limit if time_limit else None,
+            soft=t0 + plan_by if plan_by is not None else None,
+            found=lambda: self.run.best.chain is not None,
+        )
         self.pr = pr = pruning or Pruning()
         kinds = kind_order(model.layer_kinds)
         self.run = _Run(t0, self.clock, time_limit, progress, RowCache(kinds, tuple(cluster.inventory)))
@@ -475,7 +488,7 @@ class _DPSearch:
         within the time limit. False (and counted) when that budget ran out."""
         run, queue = self.run, self.queue
         spent = time.process_time() - self.c0
-        clock = Clock(wall=self.clock.wall, cpu=time.process_time() + max(1.0, spent))
+        clock = replace(self.clock, cpu=time.process_time() + max(1.0, spent))
         ok = True
         run.phase = "refine"
         if queue.parts and not self.megatron_free_done:
