@@ -1,0 +1,55 @@
+"""``solve`` under a short limit: the optimizer-offload retry gets the time the first try could not use
+to find a plan, and what comes back says how far it is proven (``api.NO_PLAN_SHARE``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hapmoe_milp import api
+from hapmoe_milp.errors import InfeasibleError
+from hapmoe_milp.specs import Catalog
+
+CAT = Catalog()
+
+
+def test_offload_plan_after_an_unfinished_first_try_is_a_timeout(monkeypatch):
+    """With no share of the limit for the first try (no plan by 0 s), the offload retry gets the rest:
+    its plan comes back with status timeout and no proof, since the first try's space -- where the
+    finished search finds a plan without offload -- was not searched to the end."""
+    finished = api.solve("mixtral-s", "16-1-h", time_limit=60, catalog=CAT)
+    assert finished.plan is not None and finished.plan.settings().optimizer_offload is False
+    assert finished.status in ("optimal", "feasible")
+    monkeypatch.setattr(api, "NO_PLAN_SHARE", 0.0)
+    sol = api.solve("mixtral-s", "16-1-h", time_limit=60, catalog=CAT)
+    assert sol.plan is not None and sol.plan.settings().optimizer_offload is True
+    assert sol.status == "timeout" and math.isnan(sol.bound_s)
+    assert sol.stats["stopped_by"] == "time" and "unfinished_try" in sol.stats and "proof" not in sol.stats
+    assert sol.plan.solver is not None and sol.plan.solver["status"] == "timeout"  # what the plan file records
+
+
+def test_unfinished_first_try_is_never_a_proof_that_nothing_fits(monkeypatch):
+    """DeepSeek-V3 fits 16 devices neither way; once the first try stopped without finishing, the
+    offload retry's proof covers only its own space, so solve says it ran out of time."""
+    with pytest.raises(InfeasibleError) as proven:
+        api.solve("deepseek-v3", "16-1-h", time_limit=60, catalog=CAT)
+    assert proven.value.constraint == "memory"
+    monkeypatch.setattr(api, "NO_PLAN_SHARE", 0.0)
+    with pytest.raises(InfeasibleError) as unproven:
+        api.solve("deepseek-v3", "16-1-h", time_limit=60, catalog=CAT)
+    assert unproven.value.constraint == "time"
+
+
+def test_no_share_without_a_retry(monkeypatch):
+    """A solve with offload chosen has no later try: its one search gets the whole limit."""
+    seen = []
+    real = api._run_solver
+
+    def spy(m, c, st, solver, spaces, pruning, left, opts, *a, **kw):
+        seen.append(opts.get("plan_by"))
+        return real(m, c, st, solver, spaces, pruning, left, opts, *a, **kw)
+
+    monkeypatch.setattr(api, "_run_solver", spy)
+    sol = api.solve("mixtral-s", "16-1-h", time_limit=60, catalog=CAT, optimizer_offload=False)
+    assert sol.plan is not None and seen and all(p is None for p in seen)
