@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -32,7 +32,7 @@ import numpy as np
 from hapmoe_milp.config import Family, Settings
 from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.errors import InfeasibleError
-from hapmoe_milp.instance import Instance, Option, build_instances, groups
+from hapmoe_milp.instance import Instance, Option, build_instances, groups, micro_batch_steps
 from hapmoe_milp.plan import Plan, Stage
 from hapmoe_milp.search.dp_levels import Best, Chain, run_batch
 from hapmoe_milp.search.dp_tables import Clock, DPScope, RowCache, build_batch, kind_order
@@ -53,6 +53,9 @@ MEGATRON_BATCH = 256
 # on a loaded machine)
 EARLY = 64
 EARLY_AFTER = 20_000
+# share of the time limit after which a search without a plan searches what it has queued before pricing
+# more (a clock, so only a search that is slow to find its first plan is reordered)
+HURRY_SHARE = 0.1
 # pruning rules that can cut the optimum when they fire (the others only remove what cannot win)
 INEXACT_RULES = ("min_recompute", "cross_type_comm", "pareto_eps", "max_stages", "large_cluster")
 
@@ -387,20 +390,35 @@ class _DPSearch:
         self.megatron_free_done = False
         self.runtimes = runtimes or {}
 
-    def family_instances(self, fam: Family) -> list[Instance] | None:
-        """The family's instances, largest micro-batch step first (fewest micro-batches, usually the
-        fastest plans), or None if the clock ran out while building them."""
+    def family_instances(self, fam: Family) -> Iterator[Instance]:
+        """The family's instances as they are built, largest micro-batch step first (fewest micro-batches,
+        usually the fastest plans) and rising VPP within a step, so a hurried search can start on the
+        first ones before the rest are priced (:meth:`hurried`). Sets :attr:`n_family` (an upper estimate,
+        for progress)."""
         mv = self.pr.max_vpp if fam == "megatron" else 1
-        out = []
         rt = self.runtimes.get(fam)
-        for inst in build_instances(
-            self.model, self.cluster, self.settings, fam, self.pr, self.cm, max_vpp=mv, runtime=rt
-        ):
-            if self.run.out_of_time():
-                return None
-            out.append(inst)
-        out.sort(key=lambda i: (-i.samples_per_mb, i.vpp))
-        return out
+        cache: dict = {}
+        steps = micro_batch_steps(self.model, self.cluster, self.settings, fam, cache)
+        self.n_family = self.run.n_inst + len(steps) * mv
+        yield from build_instances(
+            self.model,
+            self.cluster,
+            self.settings,
+            fam,
+            self.pr,
+            self.cm,
+            max_vpp=mv,
+            runtime=rt,
+            largest_first=True,
+            config_cache=cache,
+        )
+
+    def hurried(self) -> bool:
+        """No plan yet and ``HURRY_SHARE`` of the time limit gone: search what is queued before building
+        (pricing) the rest, so a short limit ends with a plan rather than a finished queue."""
+        if self.run.best.chain is not None or self.run.limit is None:
+            return False
+        return time.perf_counter() - self.run.t0 > HURRY_SHARE * self.run.limit
 
     def take(self, inst: Instance) -> bool:
         """Queue one instance's sub-problems (megatron: in the bound-ordered queue; hetero: one per group).
@@ -418,6 +436,8 @@ class _DPSearch:
                 return False
             queue.add(inst)
             self.queued.append(inst.samples_per_mb)
+            if self.hurried() and not self.flush():
+                return False
         else:
             self.hetero.extend(DPScope(inst, tuple(o)) for o in groups(inst).values())
         run.report("build", run.n_inst, self.n_family)
@@ -454,14 +474,13 @@ class _DPSearch:
         reaches the best plan; all hetero instances in one vectorised batch (each level extends every
         instance's states)."""
         run, queue, clock = self.run, self.queue, self.clock
-        todo = insts if insts is not None else self.family_instances(fam)
-        if todo is None:
-            return False
         run.phase = "build"
-        self.n_family = run.n_inst + len(todo)
-        for inst in todo:
+        if insts is not None:
+            self.n_family = run.n_inst + len(insts)
+        for inst in insts if insts is not None else self.family_instances(fam):
             if run.out_of_time() or not self.take(inst):
                 return False
+        run.report("build", run.n_inst, run.n_inst, force=True)
         if not self.flush():
             return False
         run.phase = "dp"
