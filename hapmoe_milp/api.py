@@ -254,22 +254,26 @@ def solve(
     overlap_auto = settings is None and settings_kw.get("overlap_ep_comm") is None and ep_overlap_applies(m, st)
     last: Solution | None = None
     ran_out = False  # a try or alternative the limit left no time for: "no plan" is then not a proof
-    unproven: Solution | None = None  # an earlier try stopped without a plan, for a later try's sake
+    unproven: tuple[Solution, Settings] | None = None  # a try stopped without a plan for a later one's sake
     t0 = time.perf_counter()
     # one cost model for every try: the offload retry re-prices only weights and optimizer terms
     cm = CostModel(m, c, tries[0])
-    for i, s in enumerate(tries):
+    schedule = list(tries)
+    i = 0
+    while i < len(schedule):
+        s = schedule[i]
+        i += 1
         # one time limit for the whole solve: every later try gets what the earlier ones left
         left = limit - (time.perf_counter() - t0) if limit else limit
         if left is not None and left <= 0:  # the limit is the whole solve's: nothing left for this try
             ran_out = True
             break
         opts = {**options, "cost_model": cm.for_settings(s)}
-        if solver == "dp" and left is not None and i + 1 < len(tries):
+        if solver == "dp" and left is not None and i < len(schedule):
             opts["plan_by"] = NO_PLAN_SHARE * left  # anytime: no plan by then, the next try gets the rest
         sol = _run_solver(m, c, s, solver, spaces, pruning, left, opts, progress)
         if sol.plan is None and "no_plan_by_s" in sol.stats:
-            unproven = sol  # neither a plan nor a proof: the offload retry is searched, its plan unproven
+            unproven = (sol, s)  # neither a plan nor a proof: the offload retry is searched, its plan unproven
             continue
         for s_alt, space in _alternatives(s, spaces, fsdp_search, overlap_auto):
             if s_alt.overlap_ep_comm and sol.status == "infeasible":
@@ -287,7 +291,7 @@ def solve(
         last = sol
         if sol.plan is not None:
             if unproven is not None:
-                sol = _after_unproven(sol, unproven)
+                sol = _after_unproven(sol, unproven[0])
             out = finalize(sol, m, c, s)
             gbs_given = settings is not None or settings_kw.get("global_batch_size") is not None
             warn = None if gbs_given else idle_warning(out, c)
@@ -296,6 +300,11 @@ def solve(
             return out
         if sol.status == "timeout" or ran_out:
             break
+        if unproven is not None and sol.status == "infeasible":
+            # the retry proved that nothing fits its space: the unfinished try gets the rest of the limit to
+            # finish (its plan, if it finds one, is the one solve prefers; if not, both are proofs)
+            schedule.append(unproven[1])
+            unproven = None
     from hapmoe_milp.search.diagnose import diagnose
     from hapmoe_milp.search.dp import families
 

@@ -4,6 +4,7 @@ to find a plan, and what comes back says how far it is proven (``api.NO_PLAN_SHA
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -29,13 +30,42 @@ def test_offload_plan_after_an_unfinished_first_try_is_a_timeout(monkeypatch):
     assert sol.plan.solver is not None and sol.plan.solver["status"] == "timeout"  # what the plan file records
 
 
-def test_unfinished_first_try_is_never_a_proof_that_nothing_fits(monkeypatch):
-    """DeepSeek-V3 fits 16 devices neither way; once the first try stopped without finishing, the
-    offload retry's proof covers only its own space, so solve says it ran out of time."""
+def _spy(monkeypatch, stop_call: int | None = None):
+    """Record (offload, status, plan_by) of every search; the ``stop_call``-th comes back as a timeout
+    without a plan (a search the limit stopped)."""
+    calls = []
+    real = api._run_solver
+
+    def spy(m, c, st, solver, spaces, pruning, left, opts, *a, **kw):
+        sol = real(m, c, st, solver, spaces, pruning, left, opts, *a, **kw)
+        if len(calls) + 1 == stop_call:
+            sol = replace(sol, status="timeout", plan=None, stats={**sol.stats, "stopped_by": "time"})
+        calls.append((st.optimizer_offload, sol.status, opts.get("plan_by")))
+        return sol
+
+    monkeypatch.setattr(api, "_run_solver", spy)
+    return calls
+
+
+def test_unfinished_first_try_finishes_after_the_retry_proves_nothing_fits(monkeypatch):
+    """DeepSeek-V3 fits 16 devices neither way. With the first try stopped at once, the offload retry
+    proves its space empty; the first try then gets the rest of the limit, and only when it too has
+    finished is the answer a proof (the diagnosis); had it not finished, solve says it ran out of time."""
     with pytest.raises(InfeasibleError) as proven:
         api.solve("deepseek-v3", "16-1-h", time_limit=60, catalog=CAT)
     assert proven.value.constraint == "memory"
     monkeypatch.setattr(api, "NO_PLAN_SHARE", 0.0)
+    calls = _spy(monkeypatch)
+    with pytest.raises(InfeasibleError) as again:
+        api.solve("deepseek-v3", "16-1-h", time_limit=60, catalog=CAT)
+    assert again.value.constraint == "memory"
+    assert [(off, status) for off, status, _ in calls] == [
+        (False, "timeout"),
+        (True, "infeasible"),
+        (False, "infeasible"),
+    ]
+    assert calls[0][2] == 0.0 and calls[2][2] is None  # the resumed try has no early stop
+    calls = _spy(monkeypatch, stop_call=3)
     with pytest.raises(InfeasibleError) as unproven:
         api.solve("deepseek-v3", "16-1-h", time_limit=60, catalog=CAT)
     assert unproven.value.constraint == "time"
@@ -43,13 +73,6 @@ def test_unfinished_first_try_is_never_a_proof_that_nothing_fits(monkeypatch):
 
 def test_no_share_without_a_retry(monkeypatch):
     """A solve with offload chosen has no later try: its one search gets the whole limit."""
-    seen = []
-    real = api._run_solver
-
-    def spy(m, c, st, solver, spaces, pruning, left, opts, *a, **kw):
-        seen.append(opts.get("plan_by"))
-        return real(m, c, st, solver, spaces, pruning, left, opts, *a, **kw)
-
-    monkeypatch.setattr(api, "_run_solver", spy)
+    calls = _spy(monkeypatch)
     sol = api.solve("mixtral-s", "16-1-h", time_limit=60, catalog=CAT, optimizer_offload=False)
-    assert sol.plan is not None and seen and all(p is None for p in seen)
+    assert sol.plan is not None and calls and all(p is None for *_, p in calls)
