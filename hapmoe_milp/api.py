@@ -275,19 +275,9 @@ def solve(
         if sol.plan is None and "no_plan_by_s" in sol.stats:
             unproven = (sol, s)  # neither a plan nor a proof: the offload retry is searched, its plan unproven
             continue
-        for s_alt, space in _alternatives(s, spaces, fsdp_search, overlap_auto):
-            if s_alt.overlap_ep_comm and sol.status == "infeasible":
-                # overlap searches a subset of the options at no less memory: nothing fits there either
-                continue
-            left = limit - (time.perf_counter() - t0) if limit else limit
-            if left is not None and left <= 0:
-                ran_out = True
-                break
-            # FSDP and EP overlap change more than the offload terms a shared cost model re-prices: each
-            # alternative prices with its own cost model
-            alt = _run_solver(m, c, s_alt, solver, space, pruning, left, options, progress)
-            if alt.plan is not None and (sol.plan is None or alt.objective_s < sol.objective_s):
-                sol, s = alt, s_alt
+        alts = _alternatives(s, spaces, fsdp_search, overlap_auto)
+        sol, s, cut = _best_alternative(sol, s, alts, (m, c, solver, pruning, options, progress), limit, t0)
+        ran_out = ran_out or cut
         last = sol
         if sol.plan is not None:
             if unproven is not None:
@@ -416,6 +406,32 @@ def _alternatives(
     if overlap_auto and (rt is None or rt.ep_overlap):
         out.append((replace(s, overlap_ep_comm=True), space))
     return out
+
+
+def _best_alternative(
+    sol: Solution,
+    s: Settings,
+    alts: list[tuple[Settings, dict[str, Runtime | None]]],
+    run: tuple[ModelSpec, ClusterSpec, str, Pruning | None, dict[str, Any], Progress | None],
+    limit: float | None,
+    t0: float,
+) -> tuple[Solution, Settings, bool]:
+    """``sol`` (searched under ``s``) or the fastest plan of the alternatives, with its settings, and
+    whether the limit left an alternative no time (then a missing plan is no proof)."""
+    m, c, solver, pruning, options, progress = run
+    for s_alt, space in alts:
+        if s_alt.overlap_ep_comm and sol.status == "infeasible":
+            # overlap searches a subset of the options at no less memory: nothing fits there either
+            continue
+        left = limit - (time.perf_counter() - t0) if limit else limit
+        if left is not None and left <= 0:
+            return sol, s, True
+        # FSDP and EP overlap change more than the offload terms a shared cost model re-prices: each
+        # alternative prices with its own cost model
+        alt = _run_solver(m, c, s_alt, solver, space, pruning, left, options, progress)
+        if alt.plan is not None and (sol.plan is None or alt.objective_s < sol.objective_s):
+            sol, s = alt, s_alt
+    return sol, s, False
 
 
 def _after_unproven(sol: Solution, first: Solution) -> Solution:
