@@ -291,9 +291,11 @@ def solve(
         if sol.status == "timeout" or ran_out:
             break
         if unproven is not None and sol.status == "infeasible":
-            # the retry proved that nothing fits its space: the unfinished try gets the rest of the limit to
-            # finish (its plan, if it finds one, is the one solve prefers; if not, both are proofs)
-            schedule.append(unproven[1])
+            # the retry proved that nothing fits its space: that covers the unfinished try when it only
+            # kept more on the device (_covers); otherwise that try gets the rest of the limit to finish
+            # (its plan, if it finds one, is the one solve prefers; if not, both are proofs)
+            if not _covers(s, unproven[1]):
+                schedule.append(unproven[1])
             unproven = None
     from hapmoe_milp.search.diagnose import diagnose
     from hapmoe_milp.search.dp import families
@@ -432,6 +434,17 @@ def _best_alternative(
         if alt.plan is not None and (sol.plan is None or alt.objective_s < sol.objective_s):
             sol, s = alt, s_alt
     return sol, s, False
+
+
+def _covers(proven: Settings, other: Settings) -> bool:
+    """Whether "no plan fits under ``proven``" also holds under ``other``: ``other`` is ``proven`` with the
+    optimizer states on the device instead of offloaded. Offload enters the cost model only as the main
+    parameters and Adam moments it takes off the device (``cost/memory.py`` ``bytes_per_param``) and the
+    host-side optimizer-step time, so every memory term under ``other`` is at least the offloaded one,
+    capacities and stage times (hence layer bands) are the same, and whether a plan fits reads no time:
+    a plan that fits with the states on the device fits offloaded (``tests/test_cost_offload_sharing.py``
+    checks the terms)."""
+    return proven.optimizer_offload and not other.optimizer_offload and replace(other, optimizer_offload=True) == proven
 
 
 def _after_unproven(sol: Solution, first: Solution) -> Solution:

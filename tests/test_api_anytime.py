@@ -47,10 +47,10 @@ def _spy(monkeypatch, stop_call: int | None = None):
     return calls
 
 
-def test_unfinished_first_try_finishes_after_the_retry_proves_nothing_fits(monkeypatch):
-    """DeepSeek-V3 fits 16 devices neither way. With the first try stopped at once, the offload retry
-    proves its space empty; the first try then gets the rest of the limit, and only when it too has
-    finished is the answer a proof (the diagnosis); had it not finished, solve says it ran out of time."""
+def test_offload_proof_covers_the_unfinished_first_try(monkeypatch):
+    """DeepSeek-V3 fits 16 devices neither way. With the first try (states on the device) stopped at once,
+    the offload retry proves its space empty, which covers the first try (offload only removes device
+    memory): the answer is the proof, the same diagnosis as the finished solve, without searching again."""
     with pytest.raises(InfeasibleError) as proven:
         api.solve("deepseek-v3", "16-1-h", time_limit=60, catalog=CAT)
     assert proven.value.constraint == "memory"
@@ -58,14 +58,28 @@ def test_unfinished_first_try_finishes_after_the_retry_proves_nothing_fits(monke
     calls = _spy(monkeypatch)
     with pytest.raises(InfeasibleError) as again:
         api.solve("deepseek-v3", "16-1-h", time_limit=60, catalog=CAT)
-    assert again.value.constraint == "memory"
+    assert str(again.value) == str(proven.value)
+    assert [(off, status) for off, status, _ in calls] == [(False, "timeout"), (True, "infeasible")]
+    assert calls[0][2] == 0.0
+
+
+def test_unfinished_try_not_covered_is_resumed_and_only_a_finished_one_proves(monkeypatch):
+    """Where the retry's proof does not cover the unfinished try (here: pretend it does not), that try
+    gets the rest of the limit; solve proves infeasibility only once it has finished too, and says it ran
+    out of time when it has not."""
+    monkeypatch.setattr(api, "NO_PLAN_SHARE", 0.0)
+    monkeypatch.setattr(api, "_covers", lambda proven, other: False)
+    calls = _spy(monkeypatch)
+    with pytest.raises(InfeasibleError) as resumed:
+        api.solve("deepseek-v3", "16-1-h", time_limit=60, catalog=CAT)
+    assert resumed.value.constraint == "memory"
     assert [(off, status) for off, status, _ in calls] == [
         (False, "timeout"),
         (True, "infeasible"),
         (False, "infeasible"),
     ]
-    assert calls[0][2] == 0.0 and calls[2][2] is None  # the resumed try has no early stop
-    calls = _spy(monkeypatch, stop_call=3)
+    assert calls[2][2] is None  # the resumed try has no early stop
+    _spy(monkeypatch, stop_call=3)
     with pytest.raises(InfeasibleError) as unproven:
         api.solve("deepseek-v3", "16-1-h", time_limit=60, catalog=CAT)
     assert unproven.value.constraint == "time"
