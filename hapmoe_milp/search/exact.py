@@ -89,6 +89,8 @@ FIRST_SLICE = 0.25
 COLD_SLICE = 0.03
 MIN_SLICE_S = 0.5
 PROGRESS_EVERY_S = 0.2
+#: Share of the time left that the range bounds of one sub-problem may take (:mod:`range_bounds`).
+RANGE_SHARE = 0.25
 #: Clusters with more devices than this are "at scale": plain hetero sub-problems get the block bounds
 #: (:mod:`hapmoe_milp.search.block_bounds`) before any depth model is built, and ``auto`` proves the
 #: megatron family with the unpruned DP (tens of thousands of tiny sub-problems, which it searches in a
@@ -250,9 +252,11 @@ class _Search:
             lbs = bb.depth_bounds(self.best_val, self.deadline)
             self.block_s += time.perf_counter() - t0
             open_ = [P for P, lb in lbs.items() if lb < self.best_val]
-            if open_ and self.left() > MIN_SLICE_S:  # the exact-layer bounds on the depths left open
+            if RangeBounds.affordable(node.sub, open_) and self.left() > MIN_SLICE_S:
+                # the exact-layer bounds on the depths left open, within a share of the time left
                 t0 = time.perf_counter()
-                rb = RangeBounds(node.sub, open_).depth_bounds(self.best_val, self.deadline, t0=bb.tau_lo)
+                until = None if self.deadline is None else t0 + RANGE_SHARE * self.left()
+                rb = RangeBounds(node.sub, open_).depth_bounds(self.best_val, until, t0=bb.tau_lo)
                 for P, lb in rb.items():
                     if lb > lbs[P]:
                         lbs[P] = lb

@@ -63,6 +63,9 @@ if TYPE_CHECKING:
 REFINE_ROUNDS = 12
 #: First grid: this many ranges of candidate thresholds per depth.
 GRID = 6
+#: Largest stage table (classes x link classes x positions x ranges) the bound builds: past it a pass
+#: takes seconds and hundreds of MB, and the block bounds stand alone.
+MAX_TABLE = 4_000_000
 
 
 class RangeBounds:
@@ -224,6 +227,12 @@ class RangeBounds:
         return new
 
     @staticmethod
+    def affordable(sub: SubProblem, depths: list[int]) -> bool:
+        """Is one threshold pass small enough (:data:`MAX_TABLE`) for these depths?"""
+        classes = len({(int(j), int(g)) for j, g in zip(sub.tix.tolist(), sub.size.tolist())})
+        return bool(depths) and classes * len(sub.classes) * (max(depths) + 2) * (sub.N + 1) ** 2 <= MAX_TABLE
+
+    @staticmethod
     def _product(src: np.ndarray, M: np.ndarray, g: int, U: int, dst: np.ndarray) -> None:
         """``dst[b, u + g, r2] = min(dst, min_r src[b, u, r] + M[r, r2])`` over the live part of ``src``."""
         if not np.isfinite(M).any():
@@ -255,6 +264,8 @@ class RangeBounds:
             return dict.fromkeys(self.depths, cutoff)
         c = self.cands
         cache: dict[int, np.ndarray] = {}
+        if deadline is not None and time.perf_counter() > deadline:
+            return {}
 
         def S(i: int) -> np.ndarray:
             if i not in cache:
