@@ -335,6 +335,10 @@ class Settings:
     offload_modules: tuple[str, ...] = ()
     # Hidden and attention dropout on (Megatron's default 0.1: dropout masks are stored) or off (0.0)
     dropout: bool = False
+    # Megatron-LM's pre-Core GPT (``megatron/model``, the default before ``--use-mcore-models``; FlagScale's
+    # 2023-24 LLaMA): it keeps more per layer than Megatron-Core with Transformer Engine (cost/memory.py,
+    # ``_legacy_terms``). For judging measurements of such runs; no exporter writes it (Megatron-Core only).
+    legacy_model: bool = False
     # Host side of optimizer offload (HAPMoE offloads FP32 optimizer states for Mixtral-L on its smallest
     # clusters). Assumptions, not measurements: per-device host-link share and CPU Adam rate per rank.
     offload_host_GBps: float = 10.0
@@ -383,7 +387,7 @@ def _checked(s: Settings) -> dict[str, Any]:
     ):
         out[name] = check_bool(name, getattr(s, name))
     out["optimizer_offload"] = check_bool("optimizer_offload", s.optimizer_offload)
-    for name in ("grad_reduce_in_bf16", "fp8_param_gather", "dropout"):
+    for name in ("grad_reduce_in_bf16", "fp8_param_gather", "dropout", "legacy_model"):
         out[name] = check_bool(name, getattr(s, name))
     out["optimizer_state_dtype"] = check_choice("optimizer_state_dtype", s.optimizer_state_dtype, STATE_DTYPES)
     out["main_params_dtype"] = check_choice("main_params_dtype", s.main_params_dtype, MAIN_PARAM_DTYPES)
@@ -391,6 +395,8 @@ def _checked(s: Settings) -> dict[str, Any]:
     out["offload_modules"] = check_offload_modules(s.offload_modules)
     if out["fp8_param_gather"] and out["precision"] != "fp8":
         raise SettingsError("needs precision fp8", field="fp8_param_gather")
+    if out["legacy_model"] and out["precision"] != "bf16":
+        raise SettingsError("the pre-Core model is priced in BF16 only", field="legacy_model")
     if out["fsdp"] != "none" and out["optimizer_offload"]:
         raise SettingsError("Megatron-FSDP and optimizer CPU offload are not combined here", field="fsdp")
     if (out["optimizer_state_dtype"] != "fp32" or out["main_params_dtype"] != "fp32") and not out[

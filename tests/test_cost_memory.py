@@ -238,6 +238,37 @@ def test_gated_mlp_stores_a_2f_wide_fc1_output():
     assert gated - plain == pytest.approx(S * 2 * F, rel=1e-12)
 
 
+def test_legacy_model_keeps_full_width_kv_a_second_attention_output_and_the_silu_output():
+    """Megatron-LM's pre-Core transformer (FlagScale 26cd664 ``megatron/model/transformer.py``): K and V
+    repeated to all heads before flash attention, flash attention's (b, s) output and the projection's
+    contiguous (s, b) copy, and plain-PyTorch SwiGLU's SiLU output -- per token ``4(q - kv) + 2q + 2F``."""
+    model = dense_mha(num_query_groups=2, swiglu=True)
+    base, legacy = (
+        cm_for(model, dropout=False, legacy_model=lg).layer("syn", ParallelConfig(), 1, "dense", "none").act
+        for lg in (False, True)
+    )
+    assert legacy - base == pytest.approx(S * (2 * 2 * (H - 256) + 2 * H + 2 * F), rel=1e-12)
+    # MLP recompute regenerates the SiLU output with the rest of the MLP
+    mlp = [cm_for(model, dropout=False, legacy_model=lg).layer("syn", ParallelConfig(), 1, "dense", "mlp").act
+           for lg in (False, True)]  # fmt: skip
+    assert mlp[1] - mlp[0] == pytest.approx(S * (2 * 2 * (H - 256) + 2 * H), rel=1e-12)
+
+
+def test_legacy_llama2_70b_layer_is_46h_bytes_per_token_against_core_33_5h():
+    """Tallied by hand from the FlagScale source on Llama-2-70B (h 8192, 64 heads, 8 KV groups, F 3.5h),
+    BF16, no dropout, per token of the TP shard: norm inputs and GEMM inputs 4 x 2h, Q/K/V 2(h + 2h), flash
+    output and its copy 2 x 2h, fc1 output 2 x 7h, SiLU output 7h, fc2 input 7h = 46h; Megatron-Core with
+    Transformer Engine: 4 x 2h + 2(h + 2h/8) + 2h + 14h + 7h = 33.5h."""
+    from hapmoe_milp.specs import Catalog
+
+    m = Catalog().model("llama-2-70b")
+    h, tp = m.hidden_size, 8
+    for legacy, per_h in ((False, 33.5), (True, 46.0)):
+        cm = CostModel(m, synthetic_cluster(nodes=4), Settings(seq_length=S, legacy_model=legacy))
+        act = cm.layer("syn", ParallelConfig(tp=tp, dp=4), 1, "dense", "none").act
+        assert act == pytest.approx(S / tp * h * per_h, rel=1e-12)
+
+
 @pytest.mark.parametrize("imb", [1.0, 1.3])
 def test_moe_layer_stores_routed_tokens_at_the_expert_width(imb):
     """Per token of the shard: attention 5h + 2(q + 2kv) + 2q; MoE block 5h (norm input, router/permute

@@ -65,6 +65,10 @@ def test_bad_state_settings_are_refused_in_one_place():
         st(offload_modules=("attn_proj",))
     with pytest.raises(SettingsError, match="distributed optimizer"):
         st(optimizer_state_dtype="bf16", distributed_optimizer=False)
+    with pytest.raises(SettingsError, match="legacy_model"):
+        st(legacy_model=True, precision="fp8")
+    with pytest.raises(SettingsError, match="legacy_model"):
+        st(legacy_model="yes")
 
 
 # ------------------------------------------------------------------ activations by recompute module

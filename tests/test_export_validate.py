@@ -244,6 +244,7 @@ CASES: list[Case] = [
     Case("rule_runtime_dispatcher", replace(GOOD_FS, dispatcher="flex"), "flagscale"),
     # MindSpeed-LLM's Megatron core_v0.12.1 has neither --overlap-moe-expert-parallel-comm nor --cuda-graph-impl
     Case("rule_runtime_overlap_and_graphs", GOOD_MS, "mindspeed", kw={"settings": Settings(overlap_ep_comm=True)}),
+    Case("rule_runtime_legacy_model", GOOD_MG, kw={"settings": Settings(legacy_model=True)}),
     # ---- MindSpeed-LLM target, edited arguments
     Case(
         "rule_ms_num_layer_list",

@@ -46,6 +46,7 @@ SETTING_BOOLS = (
     "grad_reduce_in_bf16",
     "fp8_param_gather",
     "dropout",
+    "legacy_model",
 )
 # memory-related settings a run may state (checked by config.Settings like every other setting)
 SETTING_STRS = ("optimizer_state_dtype", "main_params_dtype", "fsdp", "offload_modules")

@@ -208,6 +208,27 @@ def _attention_terms(m: ModelSpec, ts: float, q8: float, fp8: bool, dropout: boo
     return out
 
 
+def _legacy_terms(m: ModelSpec, ts: float, attention: bool, dense_mlp: bool) -> list[ActTerm]:
+    """What Megatron-LM's pre-Core GPT (``megatron/model/transformer.py``, local implementation with
+    flash-attn; read at FlagScale 26cd664, the code FlagPerf's Llama-2-70B H800 runs name) keeps beyond
+    Megatron-Core with Transformer Engine, per layer in BF16:
+
+    - ``ParallelAttention`` repeats K and V to all query heads (``repeat_interleave``) before flash
+      attention, and the contiguous copies flash attention keeps are full width: ``2 x 2(q - g d)`` more;
+    - flash attention keeps its output in (b, s) order and the dense projection keeps a second, contiguous
+      (s, b) copy of it (``rearrange(...).contiguous()``): ``2q`` more;
+    - ``ParallelMLP`` runs SwiGLU as plain PyTorch (``F.silu(x[0]) * x[1]``), whose multiply keeps the SiLU
+      output besides the fc1 output and the product: ``2F`` more (MLP recompute regenerates it).
+    """
+    out = []
+    if attention and not m.multi_latent_attention:
+        out.append(_t("legacy_kv_expanded", 2 * 2 * (m.q_dim - m.groups * m.head_dim) * ts))
+        out.append(_t("legacy_attn_output_copy", 2 * m.q_dim * ts))
+    if dense_mlp and m.swiglu:
+        out.append(_t("legacy_swiglu_silu_output", 2 * m.ffn * ts, ("mlp",)))
+    return out
+
+
 def _mlp_terms(m: ModelSpec, ts: float, q8: float, dropout: bool) -> list[ActTerm]:
     h, f = m.hidden_size, m.ffn
     glu_out = 2 if m.swiglu else 1
@@ -259,7 +280,8 @@ def activation_terms(
     - FP8 training keeps GEMM inputs in FP8 (1 byte), the attention core's tensors in BF16;
     - MoE layers store routed rows (``k`` copies per token, ETP-gathered, imbalance-weighted) at the expert
       width, the FP32 router probabilities and the shared experts (Megatron uses the dense FFN width);
-    - CP divides the tokens; recompute follows the module list (Megatron only knows selective ``core_attn``).
+    - CP divides the tokens; recompute follows the module list (Megatron only knows selective ``core_attn``);
+    - ``legacy_model`` adds what the pre-Core transformer keeps on top (:func:`_legacy_terms`).
     """
     ts = b * st.seq_length / (cfg.cp * cfg.tp)
     fp8 = st.precision == "fp8"
@@ -274,6 +296,8 @@ def activation_terms(
         out += _moe_terms(m, cfg, ts, routed_rows * st.imbalance, q8, st.dropout)
     elif mlp_kind == "dense":
         out += _mlp_terms(m, ts, q8, st.dropout)
+    if st.legacy_model:
+        out += _legacy_terms(m, ts, mixer == "attention", mlp_kind == "dense")
     if mixer is None and out:  # a hybrid model's MLP-only layer: its norm's input is the layer's input
         out[0] = replace(out[0], layer_input=True)
     if kind == "mtp":

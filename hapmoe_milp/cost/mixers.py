@@ -1,8 +1,10 @@
 """Pricing of the token mixers that are not softmax attention: gated DeltaNet and Mamba (-1 and -2).
 
 Kept apart from :mod:`hapmoe_milp.cost.model` (which prices attention and the MLPs) so each mixer's
-time, stored activations, kernels and context-parallel exchange are one function each; ``CostModel``
-calls them for layers whose kind has such a mixer.
+time, kernels and context-parallel exchange are one function each; ``CostModel`` calls them for layers
+whose kind has such a mixer. What a mixer keeps for its backward is priced with every other stored
+tensor in :mod:`hapmoe_milp.cost.memory` (``_mixer_terms``, Mamba-2's fused-scan accounting), from the
+widths :func:`mixer_widths` gives.
 
 Per rank and micro-batch, ``t`` tokens of the CP shard run through the TP-sharded mixer:
 
@@ -42,11 +44,11 @@ MAMBA1_KERNELS = (11, 4)
 
 @dataclass(frozen=True)
 class MixerCost:
-    """Forward and backward compute seconds, stored bytes per micro-batch, kernels (fwd, of which GEMMs)."""
+    """Forward and backward compute seconds and kernels (fwd, of which GEMMs); stored bytes are
+    :mod:`hapmoe_milp.cost.memory`'s."""
 
     fwd: float
     bwd: float
-    act: float
     kernels: tuple[int, int]
 
 
@@ -83,12 +85,8 @@ def mixer_cost(m: ModelSpec, dev: DeviceSpec, mixer: str, t: float, tp: int, seq
     elem = memory_time(dev, MIXER_PASSES * t * conv / tp * BF16)
     fwd = gemm_f + scan_f + elem
     bwd = 2 * gemm_f + scan_b + 2 * elem
-    # stored per token: norm input and in-projection input (2h each), dropout mask (h), then at TP-sharded
-    # widths the in-projection output, the conv output, the scan output and the out-projection input
-    ts = t / tp
-    act = ts * (5 * h) + t / tp * 2 * (in_out + conv + 2 * inner)
     kernels = GDN_KERNELS if mixer == "gdn" else (MAMBA1_KERNELS if isinstance(shape, Mamba1Shape) else MAMBA2_KERNELS)
-    return MixerCost(fwd=fwd, bwd=bwd, act=act, kernels=kernels)
+    return MixerCost(fwd=fwd, bwd=bwd, kernels=kernels)
 
 
 def mixer_cp_bytes(m: ModelSpec, mixer: str, t: float, tp: int) -> float:

@@ -168,3 +168,14 @@ def rule_runtime_overlap_and_graphs(ctx: Context) -> Iterator[Violation]:
         yield violation(
             "settings.cuda_graph_scope", f"{rt.title} has no CUDA-graph capture here ({rt.cite('cuda_graphs')})"
         )
+
+
+@rule()
+def rule_runtime_legacy_model(ctx: Context) -> Iterator[Violation]:
+    """``legacy_model`` prices Megatron-LM's pre-Core GPT, for judging measurements of old runs; every runtime
+    here launches Megatron-Core models, so such a plan has nothing to run it."""
+    if ctx.settings.legacy_model:
+        yield violation(
+            "settings.legacy_model",
+            f"{ctx.runtime.title} launches Megatron-Core models; the pre-Core model is priced, not exported",
+        )
