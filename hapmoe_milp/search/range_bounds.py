@@ -257,7 +257,8 @@ class RangeBounds:
         """A lower bound per depth on every plan of the sub-problem costing less than ``cutoff`` (``cutoff``
         where none can). ``t0``: a known lower bound on the largest stage ``eff`` per depth (e.g. the block
         bounds' bottleneck, whose ``eff`` is never above this module's); else none. Past ``deadline``
-        (``perf_counter``) the refinement stops; every depth still gets a (weaker) bound."""
+        (``perf_counter``) the refinement stops and the bounds so far stand (weaker, still valid); past it
+        before the first pass, there are none (an empty dict)."""
         if not self.depths:
             return {}
         if not len(self.cands):
