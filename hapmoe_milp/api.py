@@ -29,6 +29,7 @@ from hapmoe_milp.errors import HapmoeError, InfeasibleError, SettingsError, Solv
 from hapmoe_milp.plan import Plan, check_plan
 from hapmoe_milp.runtimes import ANY, AUTO, RUNTIMES, Runtime, searched_families, settings_problem
 from hapmoe_milp.runtimes import resolve as resolve_runtimes
+from hapmoe_milp.search.certificate import union
 from hapmoe_milp.search.solution import Progress, Solution
 from hapmoe_milp.space import Pruning
 from hapmoe_milp.specs.catalog import Catalog
@@ -432,7 +433,8 @@ def _best_alternative(
         # alternative prices with its own cost model
         alt = _run_solver(m, c, s_alt, solver, space, pruning, left, options, progress)
         if alt.plan is not None and (sol.plan is None or alt.objective_s < sol.objective_s):
-            sol, s = alt, s_alt
+            sol, s, alt = alt, s_alt, sol
+        sol = union(sol, alt)  # the kept plan's bound holds over both spaces (issue 19)
     return sol, s, False
 
 
