@@ -29,6 +29,7 @@ from hapmoe_milp.errors import HapmoeError, InfeasibleError, SettingsError, Solv
 from hapmoe_milp.plan import Plan, check_plan
 from hapmoe_milp.runtimes import ANY, AUTO, RUNTIMES, Runtime, searched_families, settings_problem
 from hapmoe_milp.runtimes import resolve as resolve_runtimes
+from hapmoe_milp.search.certificate import union
 from hapmoe_milp.search.solution import Progress, Solution
 from hapmoe_milp.space import Pruning
 from hapmoe_milp.specs.catalog import Catalog
@@ -42,6 +43,10 @@ FAMILY_CHOICES = ("both", "megatron", "hetero")
 OFFLOAD_CHOICES = ("auto", True, False)
 # Seconds an infeasible solve may spend past its limit saying why (diagnose); part of the documented constant
 DIAGNOSE_MIN_S = 1.0
+# Share of the time left that a DP try with an optimizer-offload retry after it may spend without finding a
+# plan before the retry gets the rest (a try with a plan by then runs on to the limit): under a short limit a
+# model that fits only with offload gets a plan instead of a slow proof that nothing fits without it
+NO_PLAN_SHARE = 0.5
 # A cluster this large with the model's default global batch is checked for idle devices (see idle_warning)
 LARGE_CLUSTER = 64
 
@@ -221,7 +226,10 @@ def solve(
     Only where the megatron family's runtime is upstream Megatron-LM (or the what-if space).
 
     ``optimizer_offload="auto"`` first searches with optimizer states on the device and, only if nothing
-    fits, again with them offloaded to host memory (as HAPMoE does for Mixtral-L on small clusters).
+    fits, again with them offloaded to host memory (as HAPMoE does for Mixtral-L on small clusters). Under
+    a time limit the DP's first try gets ``NO_PLAN_SHARE`` of it to find a plan or prove none fits; if it
+    has neither by then, the offload retry gets the rest, and its plan comes back with status ``timeout``
+    (the first try's space was not searched to the end, so a plan without offload may exist).
     ``export`` (a runtime name) restricts the search to plans that runtime runs.
     EP-communication overlap not given (no ``settings``, ``overlap_ep_comm`` None) is a searched choice for
     MoE models: the plan is searched without and with it (the latter over the megatron family's plans
@@ -247,32 +255,34 @@ def solve(
     overlap_auto = settings is None and settings_kw.get("overlap_ep_comm") is None and ep_overlap_applies(m, st)
     last: Solution | None = None
     ran_out = False  # a try or alternative the limit left no time for: "no plan" is then not a proof
+    unproven: tuple[Solution, Settings] | None = None  # a try stopped without a plan for a later one's sake
     t0 = time.perf_counter()
     # one cost model for every try: the offload retry re-prices only weights and optimizer terms
     cm = CostModel(m, c, tries[0])
-    for s in tries:
+    schedule = list(tries)
+    i = 0
+    while i < len(schedule):
+        s = schedule[i]
+        i += 1
         # one time limit for the whole solve: every later try gets what the earlier ones left
         left = limit - (time.perf_counter() - t0) if limit else limit
         if left is not None and left <= 0:  # the limit is the whole solve's: nothing left for this try
             ran_out = True
             break
         opts = {**options, "cost_model": cm.for_settings(s)}
+        if solver == "dp" and left is not None and i < len(schedule):
+            opts["plan_by"] = NO_PLAN_SHARE * left  # anytime: no plan by then, the next try gets the rest
         sol = _run_solver(m, c, s, solver, spaces, pruning, left, opts, progress)
-        for s_alt, space in _alternatives(s, spaces, fsdp_search, overlap_auto):
-            if s_alt.overlap_ep_comm and sol.status == "infeasible":
-                # overlap searches a subset of the options at no less memory: nothing fits there either
-                continue
-            left = limit - (time.perf_counter() - t0) if limit else limit
-            if left is not None and left <= 0:
-                ran_out = True
-                break
-            # FSDP and EP overlap change more than the offload terms a shared cost model re-prices: each
-            # alternative prices with its own cost model
-            alt = _run_solver(m, c, s_alt, solver, space, pruning, left, options, progress)
-            if alt.plan is not None and (sol.plan is None or alt.objective_s < sol.objective_s):
-                sol, s = alt, s_alt
+        if sol.plan is None and "no_plan_by_s" in sol.stats:
+            unproven = (sol, s)  # neither a plan nor a proof: the offload retry is searched, its plan unproven
+            continue
+        alts = _alternatives(s, spaces, fsdp_search, overlap_auto)
+        sol, s, cut = _best_alternative(sol, s, alts, (m, c, solver, pruning, options, progress), limit, t0)
+        ran_out = ran_out or cut
         last = sol
         if sol.plan is not None:
+            if unproven is not None:
+                sol = _after_unproven(sol, unproven[0])
             out = finalize(sol, m, c, s)
             gbs_given = settings is not None or settings_kw.get("global_batch_size") is not None
             warn = None if gbs_given else idle_warning(out, c)
@@ -281,10 +291,17 @@ def solve(
             return out
         if sol.status == "timeout" or ran_out:
             break
+        if unproven is not None and sol.status == "infeasible":
+            # the retry proved that nothing fits its space: that covers the unfinished try when it only
+            # kept more on the device (_covers); otherwise that try gets the rest of the limit to finish
+            # (its plan, if it finds one, is the one solve prefers; if not, both are proofs)
+            if not _covers(s, unproven[1]):
+                schedule.append(unproven[1])
+            unproven = None
     from hapmoe_milp.search.diagnose import diagnose
     from hapmoe_milp.search.dp import families
 
-    if ran_out or last is None or last.status == "timeout":
+    if ran_out or last is None or last.status == "timeout" or unproven is not None:
         raise InfeasibleError(
             f"{solver} found no plan within the time limit ({limit:g} s); give it more time with "
             f"--time-limit {max(2 * limit, 60):g} (time_limit= in Python)",
@@ -394,6 +411,53 @@ def _alternatives(
     return out
 
 
+def _best_alternative(
+    sol: Solution,
+    s: Settings,
+    alts: list[tuple[Settings, dict[str, Runtime | None]]],
+    run: tuple[ModelSpec, ClusterSpec, str, Pruning | None, dict[str, Any], Progress | None],
+    limit: float | None,
+    t0: float,
+) -> tuple[Solution, Settings, bool]:
+    """``sol`` (searched under ``s``) or the fastest plan of the alternatives, with its settings, and
+    whether the limit left an alternative no time (then a missing plan is no proof)."""
+    m, c, solver, pruning, options, progress = run
+    for s_alt, space in alts:
+        if s_alt.overlap_ep_comm and sol.status == "infeasible":
+            # overlap searches a subset of the options at no less memory: nothing fits there either
+            continue
+        left = limit - (time.perf_counter() - t0) if limit else limit
+        if left is not None and left <= 0:
+            return sol, s, True
+        # FSDP and EP overlap change more than the offload terms a shared cost model re-prices: each
+        # alternative prices with its own cost model
+        alt = _run_solver(m, c, s_alt, solver, space, pruning, left, options, progress)
+        if alt.plan is not None and (sol.plan is None or alt.objective_s < sol.objective_s):
+            sol, s, alt = alt, s_alt, sol
+        sol = union(sol, alt)  # the kept plan's bound holds over both spaces (issue 19)
+    return sol, s, False
+
+
+def _covers(proven: Settings, other: Settings) -> bool:
+    """Whether "no plan fits under ``proven``" also holds under ``other``: ``other`` is ``proven`` with the
+    optimizer states on the device instead of offloaded. Offload enters the cost model only as the main
+    parameters and Adam moments it takes off the device (``cost/memory.py`` ``bytes_per_param``) and the
+    host-side optimizer-step time, so every memory term under ``other`` is at least the offloaded one,
+    capacities and stage times (hence layer bands) are the same, and whether a plan fits reads no time:
+    a plan that fits with the states on the device fits offloaded (``tests/test_cost_offload_sharing.py``
+    checks the terms)."""
+    return proven.optimizer_offload and not other.optimizer_offload and replace(other, optimizer_offload=True) == proven
+
+
+def _after_unproven(sol: Solution, first: Solution) -> Solution:
+    """A later try's plan when an earlier, preferred try (optimizer states on the device) stopped at its
+    share of the limit without a plan: the earlier space may still hold a plan that would win, so this
+    one is the best found so far (status ``timeout``), not proven best, and says why."""
+    stats = {**sol.stats, "stopped_by": "time", "unfinished_try": f"no plan by {first.stats['no_plan_by_s']:.3g} s"}
+    stats.pop("proof", None)
+    return replace(sol, status="timeout", bound_s=float("nan"), stats=stats)
+
+
 def _family_arg(spaces: dict[str, Runtime | None]) -> str:
     return "both" if len(spaces) > 1 else next(iter(spaces))
 
@@ -413,7 +477,6 @@ def _run_solver(
 
     family = _family_arg(spaces)
     if solver == "dp":
-        cm = options.get("cost_model")
         return solve_dp(
             m,
             c,
@@ -422,8 +485,9 @@ def _run_solver(
             pruning=pruning,
             time_limit=time_limit,
             progress=progress,
-            cost_model=cm,
+            cost_model=options.get("cost_model"),
             runtimes=spaces,
+            plan_by=options.get("plan_by"),
         )
     if solver in EXACT_SOLVERS:
         try:

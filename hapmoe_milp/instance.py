@@ -451,8 +451,11 @@ def build_instances(
     *,
     max_vpp: int = 1,
     runtime: Runtime | None = None,
+    largest_first: bool = False,
+    config_cache: dict[tuple[int, int], list[ParallelConfig]] | None = None,
 ) -> Iterator[Instance]:
-    """The instances of one family, one per micro-batch step.
+    """The instances of one family, one per micro-batch step (smallest step first, or with
+    ``largest_first`` largest first: the order the DP searches them in, so it can search while building).
 
     With ``max_vpp > 1`` the megatron family also yields, after each step's plain instance, interleaved
     instances (``vpp`` = 2..max_vpp) over the same options: the layer costs do not depend on the schedule,
@@ -467,10 +470,11 @@ def build_instances(
     if runtime is not None and (not runtime.vpp or model.is_hybrid):
         max_vpp = 1  # the runtime has none, or Megatron's hybrid (Mamba) stack has none
     cm = cost_model or CostModel(model, cluster, settings)
-    cache: dict[tuple[int, int], list[ParallelConfig]] = {}
+    cache = config_cache if config_cache is not None else {}
     lead = vpp_lead(model)
     overlap = settings.overlap_ep_comm and model.is_moe
-    for step in micro_batch_steps(model, cluster, settings, family, cache):
+    steps = micro_batch_steps(model, cluster, settings, family, cache)
+    for step in reversed(steps) if largest_first else steps:
         counter = PruneCounter()
         opts = build_options(model, cluster, cm, family, step, pr, counter, cache, runtime)
         plain = opts

@@ -188,50 +188,10 @@ class BlockBounds:
 
     def _price(self, fam: str) -> dict[str, np.ndarray]:
         """Every (option, range) of a family that is valid and fits somewhere, as flat arrays."""
-        sub = self.sub
         s, e = self._ranges(fam)
-        sides = {"mid": (), "first": ("first",), "last": ("last",), "both": ("first", "last")}[fam]
-        v = sub.range_values(s, e, sides)
-        valid = np.isfinite(v["time"])
-        if sub.layer_band:
-            n = (e - s)[None, :]
-            lo = np.asarray([o.band[0] for o in sub.options])[:, None]
-            hi = np.asarray([o.band[1] for o in sub.options])[:, None]
-            valid &= (n >= lo) & (n <= hi)
-        if fam in ("first", "both"):
-            valid &= sub.first_ok[:, None]
-        # deepest position that fits: in-flight counts grow towards the front (plain 1F1B: min(M, k))
-        kmax = np.zeros(valid.shape, dtype=np.int64)
-        if fam in ("last", "both"):
-            positions = [1]
-        else:
-            positions = list(range(2, self.K + 1))
-        alive = valid.copy()
-        cap = sub.cap[:, None] * (1 + SLACK)
-        prev = None
-        for k in positions:
-            infl = sub.in_flight(k, k)
-            if prev is not None and infl == prev:
-                kmax[alive] = k
-                continue
-            alive &= v["w"] + infl * v["a"] + v["fixed"] <= cap
-            kmax[alive] = k
-            prev = infl
-            if not alive.any():
-                break
-        oi, ri = np.nonzero(kmax > 0)
-        p2p = 0.0 if fam in ("last", "both") else 2 * sub.pmin[oi]
-        n = (e - s)[ri]
-        lead = np.maximum(0, np.minimum(e[ri], self.lead) - s[ri])
-        return {
-            "typ": sub.tix[oi],
-            "size": sub.size[oi],
-            "l": lead,
-            "n": n,
-            "eff": v["time"][oi, ri] + p2p,
-            "sync": v["sync"][oi, ri],
-            "kmax": kmax[oi, ri],
-        }
+        r = price_stages(self.sub, s, e, fam, self.K)
+        r["l"] = np.maximum(0, np.minimum(r["e"], self.lead) - r["s"])
+        return r
 
     # ------------------------------------------------------------------ tables per threshold
     def _tables(self, ths: np.ndarray, lams: np.ndarray | None, by: str = "eff") -> dict[str, np.ndarray]:
@@ -412,6 +372,8 @@ class BlockBounds:
         (``perf_counter``) the steps left are skipped: the bounds so far stand (still valid, only weaker),
         and depths not reached yet are left out."""
         self.deadline = deadline
+        #: per depth, the bottleneck bound on ``tau_max`` of its plans below the cutoff (inf: none)
+        self.tau_lo: dict[int, float] = {}
         depths = list(self.sub.depths)
         out = {P: min(cutoff, self.single) for P in depths if P == 1}
         depths = [P for P in depths if P >= 2]
@@ -435,6 +397,7 @@ class BlockBounds:
         if not t_hi:
             return dict(sorted(out.items()))
         tau = self._bottlenecks(self.cands, t_hi, "eff")
+        self.tau_lo.update(tau)
         live = {P: t for P, t in tau.items() if math.isfinite(t)}
         out.update({P: cutoff for P in tau if P not in live})
         if not live:
@@ -491,4 +454,49 @@ def _reduce(
     return _Items(cls[keep], n[keep], eff[keep], sync[keep], kmax[keep])
 
 
-__all__ = ["BlockBounds"]
+def price_stages(sub: SubProblem, s: np.ndarray, e: np.ndarray, fam: str, K: int) -> dict[str, np.ndarray]:
+    """Every (option, range ``[s, e)``) of a stage family (``mid``, ``first``, ``last`` or ``both``) that is
+    valid and fits memory somewhere among positions ``1..K`` from the end, as flat arrays: option, device
+    type index, size, range, layers, ``eff`` (time plus twice the cheapest p2p; the last stage sends nothing),
+    sync and ``kmax`` (the deepest position that fits: plain in-flight counts only grow towards the front)."""
+    sides = {"mid": (), "first": ("first",), "last": ("last",), "both": ("first", "last")}[fam]
+    v = sub.range_values(s, e, sides)
+    valid = np.isfinite(v["time"])
+    if sub.layer_band:
+        n = (e - s)[None, :]
+        lo = np.asarray([o.band[0] for o in sub.options])[:, None]
+        hi = np.asarray([o.band[1] for o in sub.options])[:, None]
+        valid &= (n >= lo) & (n <= hi)
+    if fam in ("first", "both"):
+        valid &= sub.first_ok[:, None]
+    kmax = np.zeros(valid.shape, dtype=np.int64)
+    positions = [1] if fam in ("last", "both") else list(range(2, K + 1))
+    alive = valid.copy()
+    cap = sub.cap[:, None] * (1 + SLACK)
+    prev = None
+    for k in positions:
+        infl = sub.in_flight(k, k)
+        if prev is not None and infl == prev:
+            kmax[alive] = k
+            continue
+        alive &= v["w"] + infl * v["a"] + v["fixed"] <= cap
+        kmax[alive] = k
+        prev = infl
+        if not alive.any():
+            break
+    oi, ri = np.nonzero(kmax > 0)
+    p2p = 0.0 if fam in ("last", "both") else 2 * sub.pmin[oi]
+    return {
+        "opt": oi,
+        "typ": sub.tix[oi],
+        "size": sub.size[oi],
+        "s": s[ri],
+        "e": e[ri],
+        "n": (e - s)[ri],
+        "eff": v["time"][oi, ri] + p2p,
+        "sync": v["sync"][oi, ri],
+        "kmax": kmax[oi, ri],
+    }
+
+
+__all__ = ["BlockBounds", "price_stages"]

@@ -129,4 +129,20 @@ def finish(
     )
 
 
-__all__ = ["Certificate", "finish"]
+def union(kept: Solution, other: Solution) -> Solution:
+    """``kept`` (the faster plan) as the answer over two disjoint spaces searched apart (the solve and an
+    alternative, e.g. EP-communication overlap): its bound must hold over both, so it is the lesser of the
+    two spaces' bounds (a space proved infeasible bounds nothing), and ``optimal`` stays only if the other
+    space's bound does not fall below the plan. The DP's answers (no bound) are returned as they are."""
+    if kept.plan is None or kept.solver == "dp" or other is kept:
+        return kept
+    theirs = math.inf if other.status == "infeasible" else other.bound_s
+    both = theirs == theirs and kept.bound_s == kept.bound_s
+    bound = min(kept.bound_s, theirs) if both else math.nan  # unbounded elsewhere: nothing proved over both
+    proved = bound == bound and bound >= kept.objective_s * (1 - 1e-9)
+    status = kept.status if kept.status != "optimal" or proved else "feasible"
+    stats = {**kept.stats, "bound_over_both_spaces": bound == bound}
+    return replace(kept, status=status, bound_s=bound, stats=stats)  # type: ignore[arg-type]
+
+
+__all__ = ["Certificate", "finish", "union"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -32,7 +32,7 @@ import numpy as np
 from hapmoe_milp.config import Family, Settings
 from hapmoe_milp.cost.model import CostModel
 from hapmoe_milp.errors import InfeasibleError
-from hapmoe_milp.instance import Instance, Option, build_instances, groups
+from hapmoe_milp.instance import Instance, Option, build_instances, groups, micro_batch_steps
 from hapmoe_milp.plan import Plan, Stage
 from hapmoe_milp.search.dp_levels import Best, Chain, run_batch
 from hapmoe_milp.search.dp_tables import Clock, DPScope, RowCache, build_batch, kind_order
@@ -53,6 +53,9 @@ MEGATRON_BATCH = 256
 # on a loaded machine)
 EARLY = 64
 EARLY_AFTER = 20_000
+# share of the time limit after which a search without a plan searches what it has queued before pricing
+# more (a clock, so only a search that is slow to find its first plan is reordered)
+HURRY_SHARE = 0.1
 # pruning rules that can cut the optimum when they fire (the others only remove what cannot win)
 INEXACT_RULES = ("min_recompute", "cross_type_comm", "pareto_eps", "max_stages", "large_cluster")
 
@@ -310,6 +313,7 @@ def solve_dp(
     progress: Progress | None = None,
     cost_model: CostModel | None = None,
     runtimes: Mapping[str, Runtime | None] | None = None,
+    plan_by: float | None = None,
 ) -> Solution:
     """Search every plan of the DP's space; anytime: ``time_limit`` covers the whole call, building included.
 
@@ -317,12 +321,17 @@ def solve_dp(
     reused; settings that differ only in optimizer offload share through :meth:`CostModel.for_settings`).
     ``runtimes`` maps a family to the runtime whose rules its plans must meet (missing or None: the
     what-if space of that family).
+    ``plan_by``: seconds (from the call) by which the search must have found a plan, or it stops there
+    (status ``timeout``, no plan, ``stats["no_plan_by_s"]``): the caller has a later try for the time
+    left (:func:`hapmoe_milp.api.solve`'s optimizer-offload retry). A search with a plan by then runs on.
 
     The status says how far the answer is proven: ``optimal`` when the search completed and no rule that
     can cut the optimum fired (``stats["cut_by"]`` is empty), ``feasible`` when it completed but such a
     rule fired (``cut_by`` names them), ``timeout`` when the clock stopped it (the best plan so far).
     """
-    search = _DPSearch(model, cluster, settings, pruning, time_limit, progress, cost_model, instances is None, runtimes)
+    search = _DPSearch(
+        model, cluster, settings, pruning, time_limit, progress, cost_model, instances is None, runtimes, plan_by
+    )
     if instances is not None:
         given = sorted(instances, key=lambda i: (i.family != "megatron", -i.samples_per_mb, i.vpp))
         fams: list[tuple[Family, list[Instance] | None]] = [
@@ -334,6 +343,8 @@ def solve_dp(
     refined = complete and search.refining and search.refine()
     run = search.run
     sol = _solution(name, run, search.pr, complete, refined, time.perf_counter() - run.t0)
+    if not complete and sol.plan is None and search.clock.soft_passed() and plan_by is not None:
+        sol.stats["no_plan_by_s"] = plan_by  # stopped early for a later try, not by the limit
     n_done = max(1, run.n_inst)
     run.report(run.phase, n_done, n_done, force=True)  # the last event carries the final best
     return sol
@@ -355,11 +366,16 @@ class _DPSearch:
         cost_model: CostModel | None,
         own_instances: bool,
         runtimes: Mapping[str, Runtime | None] | None = None,
+        plan_by: float | None = None,
     ) -> None:
         t0 = time.perf_counter()
         self.c0 = time.process_time()
         self.model, self.cluster, self.settings = model, cluster, settings
-        self.clock = Clock(wall=t0 + time_limit if time_limit else None)
+        self.clock = Clock(
+            wall=t0 + time_limit if time_limit else None,
+            soft=t0 + plan_by if plan_by is not None else None,
+            found=lambda: self.run.best.chain is not None,
+        )
         self.pr = pr = pruning or Pruning()
         kinds = kind_order(model.layer_kinds)
         self.run = _Run(t0, self.clock, time_limit, progress, RowCache(kinds, tuple(cluster.inventory)))
@@ -374,20 +390,35 @@ class _DPSearch:
         self.megatron_free_done = False
         self.runtimes = runtimes or {}
 
-    def family_instances(self, fam: Family) -> list[Instance] | None:
-        """The family's instances, largest micro-batch step first (fewest micro-batches, usually the
-        fastest plans), or None if the clock ran out while building them."""
+    def family_instances(self, fam: Family) -> Iterator[Instance]:
+        """The family's instances as they are built, largest micro-batch step first (fewest micro-batches,
+        usually the fastest plans) and rising VPP within a step, so a hurried search can start on the
+        first ones before the rest are priced (:meth:`hurried`). Sets :attr:`n_family` (an upper estimate,
+        for progress)."""
         mv = self.pr.max_vpp if fam == "megatron" else 1
-        out = []
         rt = self.runtimes.get(fam)
-        for inst in build_instances(
-            self.model, self.cluster, self.settings, fam, self.pr, self.cm, max_vpp=mv, runtime=rt
-        ):
-            if self.run.out_of_time():
-                return None
-            out.append(inst)
-        out.sort(key=lambda i: (-i.samples_per_mb, i.vpp))
-        return out
+        cache: dict = {}
+        steps = micro_batch_steps(self.model, self.cluster, self.settings, fam, cache)
+        self.n_family = self.run.n_inst + len(steps) * mv
+        yield from build_instances(
+            self.model,
+            self.cluster,
+            self.settings,
+            fam,
+            self.pr,
+            self.cm,
+            max_vpp=mv,
+            runtime=rt,
+            largest_first=True,
+            config_cache=cache,
+        )
+
+    def hurried(self) -> bool:
+        """No plan yet and ``HURRY_SHARE`` of the time limit gone: search what is queued before building
+        (pricing) the rest, so a short limit ends with a plan rather than a finished queue."""
+        if self.run.best.chain is not None or self.run.limit is None:
+            return False
+        return time.perf_counter() - self.run.t0 > HURRY_SHARE * self.run.limit
 
     def take(self, inst: Instance) -> bool:
         """Queue one instance's sub-problems (megatron: in the bound-ordered queue; hetero: one per group).
@@ -405,6 +436,8 @@ class _DPSearch:
                 return False
             queue.add(inst)
             self.queued.append(inst.samples_per_mb)
+            if self.hurried() and not self.flush():
+                return False
         else:
             self.hetero.extend(DPScope(inst, tuple(o)) for o in groups(inst).values())
         run.report("build", run.n_inst, self.n_family)
@@ -441,14 +474,13 @@ class _DPSearch:
         reaches the best plan; all hetero instances in one vectorised batch (each level extends every
         instance's states)."""
         run, queue, clock = self.run, self.queue, self.clock
-        todo = insts if insts is not None else self.family_instances(fam)
-        if todo is None:
-            return False
         run.phase = "build"
-        self.n_family = run.n_inst + len(todo)
-        for inst in todo:
+        if insts is not None:
+            self.n_family = run.n_inst + len(insts)
+        for inst in insts if insts is not None else self.family_instances(fam):
             if run.out_of_time() or not self.take(inst):
                 return False
+        run.report("build", run.n_inst, run.n_inst, force=True)
         if not self.flush():
             return False
         run.phase = "dp"
@@ -475,7 +507,7 @@ class _DPSearch:
         within the time limit. False (and counted) when that budget ran out."""
         run, queue = self.run, self.queue
         spent = time.process_time() - self.c0
-        clock = Clock(wall=self.clock.wall, cpu=time.process_time() + max(1.0, spent))
+        clock = replace(self.clock, cpu=time.process_time() + max(1.0, spent))
         ok = True
         run.phase = "refine"
         if queue.parts and not self.megatron_free_done:

@@ -396,44 +396,79 @@ def _pairs(
     if len(S) == 0:
         return None
     row, grp, s = cands.row[c], lv.grp[S], cands.s[c]
-    typ, gsz = batch.typ[row], batch.g[row]
-    nd = lv.nd[S]
+    typ, nd = batch.typ[row], lv.nd[S]
+    tau, sync = cands.tau[c], cands.sync[c]
+    mt, mx, ms = (m[S] for m in mins)
+    # Cheaper bounds first, each no more than the full one below: the boundary's p2p only adds to the
+    # stage time, and what :func:`_rest` adds is at least ``sum_pre`` to the sum (its rest_sum is the max
+    # of that and more; 0 = sum_pre[:, 0] for a first stage) and at least 0 to the max. A pair they put
+    # at or past the best plan is dropped below whatever p2p, the rules and _rest say; dropping it now
+    # spares their work, and the pairs kept are the same. Cross-type pairs wait for their p2p, which the
+    # cross_type_comm rule reads (so that what it removed is counted as before).
+    xt = (nd >= 0) & (nd != typ) if pr.cross_type_comm else np.zeros(len(S), dtype=bool)
+    pre = ~xt & (_pair_bound(batch, grp, mt, mx, ms, tau, sync, bd.sum_pre[grp, s]) >= best.value)
+    cnt.bound += int(pre.sum())
+    live = np.flatnonzero(~pre)
+    S, c, row, grp, s, typ, nd, tau, sync, mt, mx, ms, xt = (
+        a[live] for a in (S, c, row, grp, s, typ, nd, tau, sync, mt, mx, ms, xt)
+    )
     has = nd >= 0
     p2p = np.zeros(len(S))
     if has.any():
         h = np.flatnonzero(has)
         p2p[h] = batch.p2p_for(row[h], nd[h], (lv.ng[S[h]] < node[nd[h]]).astype(np.int64))
-    tau = cands.tau[c] + 2 * p2p
-    sync = cands.sync[c]
     ok = np.ones(len(S), dtype=bool)
     if pr.cross_type_comm:
-        cross = has & (nd != typ) & (2 * p2p > pr.eta * cands.tau[c])
+        cross = xt & (2 * p2p > pr.eta * tau)
         cnt.cross_type_comm += int(cross.sum())
         ok &= ~cross
+    tau = tau + 2 * p2p
+    bad0 = ok & (_pair_bound(batch, grp, mt, mx, ms, tau, sync, bd.sum_pre[grp, s]) >= best.value)
+    cnt.bound += int(bad0.sum())
+    live = np.flatnonzero(ok & ~bad0)
+    if len(live) == 0:
+        return None
+    S, row, grp, s, typ, tau, sync, mt, mx, ms = (a[live] for a in (S, row, grp, s, typ, tau, sync, mt, mx, ms))
+    gsz = batch.g[row]
+    ok = np.ones(len(S), dtype=bool)
     rules = _stage_rules_ok(batch, lv, S, row, grp, s)
     if rules is not None:
         ok &= rules
-    used2 = lv.used[S].copy()
-    used2[np.arange(len(S)), typ] += gsz
     rest_sum, rest_max = np.zeros(len(S)), np.zeros(len(S))
-    nf = np.flatnonzero(s > 0)
+    nf = np.flatnonzero(ok & (s > 0))
     if len(nf):
-        okn, rest_sum[nf], rest_max[nf] = _rest(batch, k, grp[nf], s[nf], inv[None, :] - used2[nf], gsz[nf], bd, cnt)
+        rem = inv[None, :] - lv.used[S[nf]]
+        rem[np.arange(len(nf)), typ[nf]] -= gsz[nf]
+        okn, rest_sum[nf], rest_max[nf] = _rest(batch, k, grp[nf], s[nf], rem, gsz[nf], bd, cnt)
         ok[nf] &= okn
-    mt, mx, ms = (m[S] for m in mins)
-    pb = (
-        batch.alpha[grp] * (mt + tau + rest_sum)
-        + batch.beta[grp] * np.maximum(np.maximum(mx, tau), rest_max)
-        + np.maximum(ms, sync)
-    )
-    bad = ok & (pb >= best.value)
+    bad = ok & (_pair_bound(batch, grp, mt, mx, ms, tau, sync, rest_sum, rest_max) >= best.value)
     cnt.bound += int(bad.sum())
     keep = np.flatnonzero(ok & ~bad)
     if len(keep) == 0:
         return None
+    S, row, grp, s, typ, gsz, tau, sync = (a[keep] for a in (S, row, grp, s, typ, gsz, tau, sync))
+    used2 = lv.used[S].copy()
+    used2[np.arange(len(S)), typ] += gsz
     out = {"S": S, "row": row, "grp": grp, "s": s, "typ": typ, "gsz": gsz, "tau": tau, "sync": sync}
-    out |= {"used2": used2, "rest_sum": rest_sum, "rest_max": rest_max}
-    return {n: a[keep] for n, a in out.items()}
+    return out | {"used2": used2, "rest_sum": rest_sum[keep], "rest_max": rest_max[keep]}
+
+
+def _pair_bound(
+    batch: Batch,
+    grp: np.ndarray,
+    mt: np.ndarray,
+    mx: np.ndarray,
+    ms: np.ndarray,
+    tau: np.ndarray,
+    sync: np.ndarray,
+    rest_sum: np.ndarray,
+    rest_max: np.ndarray | None = None,
+) -> np.ndarray:
+    """Least objective a pair can reach from its state's least label (``mt, mx, ms``): its stage
+    (``tau``, ``sync``) plus at least ``rest_sum`` summed and ``rest_max`` as the slowest stage for
+    the layers still to place."""
+    tmax = np.maximum(mx, tau) if rest_max is None else np.maximum(np.maximum(mx, tau), rest_max)
+    return batch.alpha[grp] * (mt + tau + rest_sum) + batch.beta[grp] * tmax + np.maximum(ms, sync)
 
 
 def _stage_rules_ok(
@@ -444,20 +479,28 @@ def _stage_rules_ok(
     Stages are placed last to first, so a stage of another mesh than the one placed before it closes
     that mesh's run, which is not the first mesh (this stage precedes it) and must hold ``mesh_min``
     stages. A stage that starts at layer 0 is the first: its TP and DP must suit the last stage's."""
-    mm = batch.mesh_min[grp]
-    et, ed = batch.edge_tp[grp], batch.edge_dp[grp]
-    if not ((mm > 1).any() or et.any() or ed.any()):
+    if not ((batch.mesh_min > 1).any() or batch.edge_tp.any() or batch.edge_dp.any()):
         return None
-    prev = lv.mesh[S]
-    closes = (prev >= 0) & (batch.mesh[row] != prev)
-    ok = ~((mm > 1) & closes & (lv.run[S] < mm))
-    first = s == 0
-    root = lv.nd[S] < 0  # a one-stage plan: this stage is the last one too
-    last_tp = np.where(root, batch.tp[row], lv.etp[S])
-    last_dp = np.where(root, batch.dp[row], lv.edp[S])
-    ok &= ~(first & et & (batch.tp[row] != last_tp))
-    ldp = np.maximum(last_dp, 1)
-    ok &= ~(first & ed & (batch.dp[row] % ldp != 0) & (ldp % np.maximum(batch.dp[row], 1) != 0))
+    # each rule is evaluated only on the pairs it constrains: states whose mesh run is still short of
+    # its minimum (per state first), and first stages of groups with an edge rule
+    ok = np.ones(len(S), dtype=bool)
+    mm = batch.mesh_min[lv.grp]
+    short = (mm > 1) & (lv.mesh >= 0) & (lv.run < mm)
+    r = np.flatnonzero(short[S])
+    if len(r):
+        ok[r] = batch.mesh[row[r]] == lv.mesh[S[r]]
+    f = np.flatnonzero(s == 0)
+    et, ed = batch.edge_tp[grp[f]], batch.edge_dp[grp[f]]
+    f, et, ed = f[et | ed], et[et | ed], ed[et | ed]
+    if len(f):
+        sf, rf = S[f], row[f]
+        root = lv.nd[sf] < 0  # a one-stage plan: this stage is the last one too
+        tp, dp = batch.tp[rf], batch.dp[rf]
+        last_tp = np.where(root, tp, lv.etp[sf])
+        ldp = np.maximum(np.where(root, dp, lv.edp[sf]), 1)
+        bad = et & (tp != last_tp)
+        bad |= ed & (dp % ldp != 0) & (ldp % np.maximum(dp, 1) != 0)
+        ok[f] &= ~bad
     return ok
 
 
@@ -465,10 +508,34 @@ def _rest(
     batch: Batch, k: int, grp: np.ndarray, s: np.ndarray, rem: np.ndarray, gsz: np.ndarray, bd: Bounds, cnt: _Counts
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For layers ``[0, s)`` still to place on ``rem`` devices per type: whether it is possible at all,
-    and lower bounds on the sum and on the largest of the remaining stages' times."""
+    and lower bounds on the sum and on the largest of the remaining stages' times.
+
+    A pure function of (group, start, remaining devices, stage size) at this level, and many pairs share
+    them: evaluated once per distinct tuple (:func:`_rest_unique`), the counts weighted by how many
+    pairs share it."""
+    T = rem.shape[1]
+    key = pack(
+        [grp, s, gsz, *[rem[:, t] for t in range(T)]],
+        [batch.n_groups, batch.n_layers + 1, int(batch.g.max()) + 1, *[int(batch.inv[t]) + 1 for t in range(T)]],
+    )
+    if key is None or len(key) < 2:
+        ok, rest_sum, rest_max, n_mem = _rest_unique(batch, k, grp, s, rem, gsz, bd)
+        cnt.memory_bound += int(n_mem.sum())
+        return ok, rest_sum, rest_max
+    _uk, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    ok, rest_sum, rest_max, n_mem = _rest_unique(batch, k, grp[first], s[first], rem[first], gsz[first], bd)
+    cnt.memory_bound += int((n_mem * np.bincount(inverse, minlength=len(first))).sum())
+    return ok[inverse], rest_sum[inverse], rest_max[inverse]
+
+
+def _rest_unique(
+    batch: Batch, k: int, grp: np.ndarray, s: np.ndarray, rem: np.ndarray, gsz: np.ndarray, bd: Bounds
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_rest` for each row, plus per row how many memory rules removed it (0 or 1, for the count)."""
     ok = rem.sum(axis=1) > 0
     memb = bd.m_pre[grp, s] > (rem * bd.cap_t[grp]).sum(axis=1)  # bytes needed vs capacity left
-    cnt.memory_bound += int((ok & memb).sum())
+    n_mem = (ok & memb).astype(np.int64)
     ok &= ~memb
     fpp = batch.pp[grp]
     left = np.where(fpp > 0, fpp - k, batch.kmax[grp] - k)
@@ -482,7 +549,7 @@ def _rest(
         ok &= ~fixed_g | ((rem // np.maximum(gsz, 1)[:, None]).sum(axis=1) >= left)
     t_cap = _capacity_unique(bd, grp, s, rem, batch.n_groups, batch.n_layers, batch.inv)
     memc = ~np.isfinite(t_cap)
-    cnt.memory_bound += int((ok & memc).sum())
+    n_mem += ok & memc
     ok &= ~memc
     w = bd.w_pre[grp, s]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -490,7 +557,7 @@ def _rest(
         # the stages' times add up to at least the per-layer least times, and to at least the work
         # over the largest stage the remaining devices can still form
         rest_sum = np.maximum(bd.sum_pre[grp, s], np.where(big > 0, w / np.where(big > 0, big, 1.0), 0.0))
-    return ok, rest_sum, rest_max
+    return ok, rest_sum, rest_max, n_mem
 
 
 def _complete(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,15 +29,30 @@ SHAPE_STRIDE = 1 << 24  # shape ids of different groups never collide
 @dataclass(frozen=True)
 class Clock:
     """When a search must stop: a wall-clock deadline (``perf_counter``, the user's time limit) and/or a
-    CPU-time one (``process_time``: a budget that does not shrink when other jobs load the machine)."""
+    CPU-time one (``process_time``: a budget that does not shrink when other jobs load the machine).
+
+    ``soft`` (``perf_counter``) stops it earlier only while ``found()`` is false: a search that has no
+    plan by then gives the rest of the limit to a later try (the optimizer-offload retry) rather than
+    ending the whole solve with nothing; one that has a plan runs on to ``wall``."""
 
     wall: float | None = None
     cpu: float | None = None
+    soft: float | None = None
+    found: Callable[[], bool] | None = None
 
     def passed(self) -> bool:
-        return (self.wall is not None and time.perf_counter() > self.wall) or (
-            self.cpu is not None and time.process_time() > self.cpu
+        now = time.perf_counter()
+        return (
+            (self.wall is not None and now > self.wall)
+            or (self.cpu is not None and time.process_time() > self.cpu)
+            or self.soft_passed(now)
         )
+
+    def soft_passed(self, now: float | None = None) -> bool:
+        """Past ``soft`` with nothing found."""
+        if self.soft is None or self.found is None:
+            return False
+        return (time.perf_counter() if now is None else now) > self.soft and not self.found()
 
 
 @dataclass(frozen=True)

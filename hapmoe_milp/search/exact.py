@@ -30,10 +30,14 @@ so the node holding the global bound down is the one that gets the time. The glo
 minimum over open nodes (and the incumbent), a valid lower bound whatever the time limit.
 
 At scale (more than :data:`SCALE_DEVICES` devices). A split sub-problem's depths start from their block
-bounds (:mod:`hapmoe_milp.search.block_bounds`) under the incumbent, and those that reach it are closed
+bounds (:mod:`hapmoe_milp.search.block_bounds`) under the incumbent, the depths those leave open get the
+exact-layer range bounds (:mod:`hapmoe_milp.search.range_bounds`: a threshold DP that prices every
+stage at its own range and p2p, a few seconds on a sub-problem), and those that reach it are closed
 without a model; ``auto`` proves the megatron family with the unpruned DP first (its tens of thousands of
-one-mesh sub-problems are what the DP is fast at), so the backend only has to show that no hetero plan
-beats the best plan found, and the certificate says which method bounded which family.
+one-mesh sub-problems are what the DP is fast at; also when the megatron family is the whole space, as
+in the EP-overlap alternative, where the exact backend is then not run at all), so the backend only has
+to show that no hetero plan beats the best plan found, and the certificate says which method bounded
+which family.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from hapmoe_milp.search.formulation import (
     plan_of,
     subproblems,
 )
+from hapmoe_milp.search.range_bounds import RangeBounds
 from hapmoe_milp.search.solution import Progress, ProgressEvent, Solution
 from hapmoe_milp.space import PruneCounter, Pruning
 from hapmoe_milp.specs.cluster import ClusterSpec
@@ -84,6 +89,8 @@ FIRST_SLICE = 0.25
 COLD_SLICE = 0.03
 MIN_SLICE_S = 0.5
 PROGRESS_EVERY_S = 0.2
+#: Share of the time left that the range bounds of one sub-problem may take (:mod:`range_bounds`).
+RANGE_SHARE = 0.25
 #: Clusters with more devices than this are "at scale": plain hetero sub-problems get the block bounds
 #: (:mod:`hapmoe_milp.search.block_bounds`) before any depth model is built, and ``auto`` proves the
 #: megatron family with the unpruned DP (tens of thousands of tiny sub-problems, which it searches in a
@@ -119,6 +126,7 @@ class _Search:
         self.solver = solver
         self.block = block
         self.block_s = 0.0
+        self.range_s = 0.0
         self.mod = mod
         self.deadline = deadline
         self.progress = progress
@@ -132,6 +140,7 @@ class _Search:
             (
                 "closed_by_root_bound",
                 "closed_by_block_bounds",
+                "raised_by_range_bounds",
                 "closed_by_reductions",
                 "closed_by_solver",
                 "solver_calls",
@@ -239,8 +248,20 @@ class _Search:
         lbs: dict[int, float] = {}
         if self.block and BlockBounds.applicable(node.sub) and self.left() > MIN_SLICE_S:
             t0 = time.perf_counter()
-            lbs = BlockBounds(node.sub).depth_bounds(self.best_val, self.deadline)
+            bb = BlockBounds(node.sub)
+            lbs = bb.depth_bounds(self.best_val, self.deadline)
             self.block_s += time.perf_counter() - t0
+            open_ = [P for P, lb in lbs.items() if lb < self.best_val]
+            if RangeBounds.affordable(node.sub, open_) and self.left() > MIN_SLICE_S:
+                # the exact-layer bounds on the depths left open, within a share of the time left
+                t0 = time.perf_counter()
+                until = None if self.deadline is None else t0 + RANGE_SHARE * self.left()
+                rb = RangeBounds(node.sub, open_).depth_bounds(self.best_val, until, t0=bb.tau_lo)
+                for P, lb in rb.items():
+                    if lb > lbs[P]:
+                        lbs[P] = lb
+                        self.counts["raised_by_range_bounds"] += 1
+                self.range_s += time.perf_counter() - t0
         for P in node.sub.depths:
             hint = node.hint if node.hint is not None and len(node.hint) == P else None
             child = _Node(node.sub, P, max(node.bound, lbs.get(P, node.bound)), hint=hint)
@@ -439,6 +460,7 @@ def _solve_exact(
     }
     if block:
         stats["block_bounds_s"] = search.block_s
+        stats["range_bounds_s"] = search.range_s
     msgs = (
         f"{solver}: no plan of this space beats {upper_bound:.6g} s",
         f"{solver} found no plan within the time limit ({time_limit} s)",
@@ -575,7 +597,7 @@ def _solve_auto(
     fams = _families(family)
     apart = cluster.world_size > SCALE_DEVICES if split_families is None else split_families
     todo = family
-    if apart and "megatron" in fams and len(fams) > 1:
+    if apart and "megatron" in fams:
         dm = solve_dp(
             model,
             cluster,
@@ -592,6 +614,10 @@ def _solve_auto(
             cert.prove("megatron", "dp-exact", dm, dm.objective_s)
             todo = "hetero"
     exact_solver = backend if backend in backends.NAMES else "cpsat"
+    if todo == "hetero" and "hetero" not in fams:  # the megatron family alone, proved by the unpruned DP
+        if cert.best.plan is None:  # the unpruned DP proved that nothing fits
+            return replace(dm, solver="auto", wall_s=time.perf_counter() - t0, stats={**dm.stats, **cert.stats})
+        return certificate.finish(model, cluster, settings, cert, "megatron", off, t0, pr, cm, runtimes)
     if cert.time_for(0.5):
         upper = cert.best.objective_s if todo != family and cert.best.plan is not None else math.inf
         ex = _solve_exact(

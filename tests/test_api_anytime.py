@@ -1,0 +1,92 @@
+"""``solve`` under a short limit: the optimizer-offload retry gets the time the first try could not use
+to find a plan, and what comes back says how far it is proven (``api.NO_PLAN_SHARE``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from hapmoe_milp import api
+from hapmoe_milp.errors import InfeasibleError
+from hapmoe_milp.specs import Catalog
+
+CAT = Catalog()
+
+
+def test_offload_plan_after_an_unfinished_first_try_is_a_timeout(monkeypatch):
+    """With no share of the limit for the first try (no plan by 0 s), the offload retry gets the rest:
+    its plan comes back with status timeout and no proof, since the first try's space -- where the
+    finished search finds a plan without offload -- was not searched to the end."""
+    finished = api.solve("mixtral-s", "16-1-h", time_limit=60, catalog=CAT)
+    assert finished.plan is not None and finished.plan.settings().optimizer_offload is False
+    assert finished.status in ("optimal", "feasible")
+    monkeypatch.setattr(api, "NO_PLAN_SHARE", 0.0)
+    sol = api.solve("mixtral-s", "16-1-h", time_limit=60, catalog=CAT)
+    assert sol.plan is not None and sol.plan.settings().optimizer_offload is True
+    assert sol.status == "timeout" and math.isnan(sol.bound_s)
+    assert sol.stats["stopped_by"] == "time" and "unfinished_try" in sol.stats and "proof" not in sol.stats
+    assert sol.plan.solver is not None and sol.plan.solver["status"] == "timeout"  # what the plan file records
+
+
+def _spy(monkeypatch, stop_call: int | None = None):
+    """Record (offload, status, plan_by) of every search; the ``stop_call``-th comes back as a timeout
+    without a plan (a search the limit stopped)."""
+    calls = []
+    real = api._run_solver
+
+    def spy(m, c, st, solver, spaces, pruning, left, opts, *a, **kw):
+        sol = real(m, c, st, solver, spaces, pruning, left, opts, *a, **kw)
+        if len(calls) + 1 == stop_call:
+            sol = replace(sol, status="timeout", plan=None, stats={**sol.stats, "stopped_by": "time"})
+        calls.append((st.optimizer_offload, sol.status, opts.get("plan_by")))
+        return sol
+
+    monkeypatch.setattr(api, "_run_solver", spy)
+    return calls
+
+
+def test_offload_proof_covers_the_unfinished_first_try(monkeypatch):
+    """DeepSeek-V3 fits 16 devices neither way. With the first try (states on the device) stopped at once,
+    the offload retry proves its space empty, which covers the first try (offload only removes device
+    memory): the answer is the proof, the same diagnosis as the finished solve, without searching again."""
+    with pytest.raises(InfeasibleError) as proven:
+        api.solve("deepseek-v3", "16-1-h", time_limit=60, catalog=CAT)
+    assert proven.value.constraint == "memory"
+    monkeypatch.setattr(api, "NO_PLAN_SHARE", 0.0)
+    calls = _spy(monkeypatch)
+    with pytest.raises(InfeasibleError) as again:
+        api.solve("deepseek-v3", "16-1-h", time_limit=60, catalog=CAT)
+    assert str(again.value) == str(proven.value)
+    assert [(off, status) for off, status, _ in calls] == [(False, "timeout"), (True, "infeasible")]
+    assert calls[0][2] == 0.0
+
+
+def test_unfinished_try_not_covered_is_resumed_and_only_a_finished_one_proves(monkeypatch):
+    """Where the retry's proof does not cover the unfinished try (here: pretend it does not), that try
+    gets the rest of the limit; solve proves infeasibility only once it has finished too, and says it ran
+    out of time when it has not."""
+    monkeypatch.setattr(api, "NO_PLAN_SHARE", 0.0)
+    monkeypatch.setattr(api, "_covers", lambda proven, other: False)
+    calls = _spy(monkeypatch)
+    with pytest.raises(InfeasibleError) as resumed:
+        api.solve("deepseek-v3", "16-1-h", time_limit=60, catalog=CAT)
+    assert resumed.value.constraint == "memory"
+    assert [(off, status) for off, status, _ in calls] == [
+        (False, "timeout"),
+        (True, "infeasible"),
+        (False, "infeasible"),
+    ]
+    assert calls[2][2] is None  # the resumed try has no early stop
+    _spy(monkeypatch, stop_call=3)
+    with pytest.raises(InfeasibleError) as unproven:
+        api.solve("deepseek-v3", "16-1-h", time_limit=60, catalog=CAT)
+    assert unproven.value.constraint == "time"
+
+
+def test_no_share_without_a_retry(monkeypatch):
+    """A solve with offload chosen has no later try: its one search gets the whole limit."""
+    calls = _spy(monkeypatch)
+    sol = api.solve("mixtral-s", "16-1-h", time_limit=60, catalog=CAT, optimizer_offload=False)
+    assert sol.plan is not None and calls and all(p is None for *_, p in calls)

@@ -1,0 +1,98 @@
+"""The DP under a clock: the soft "plan by" deadline, and the level kernels' shortcuts checked against
+their plain restatement on a real search (a cross-vendor cluster, so FlagScale's stage rules apply)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from hapmoe_milp.config import Settings
+from hapmoe_milp.search import dp_levels
+from hapmoe_milp.search.dp import solve_dp
+from hapmoe_milp.search.dp_tables import Clock
+from hapmoe_milp.specs import Catalog
+from tests.helpers import tiny_cluster, tiny_model
+
+
+@pytest.fixture(scope="module")
+def case():
+    catalog = Catalog()
+    model = tiny_model((0, 1, 1, 1, 1, 1), hidden=1024, heads=8)
+    cluster = tiny_cluster(catalog, [("h800", 4, None), ("910b", 4, None)])
+    st = Settings(seq_length=2048, global_batch_size=16, micro_batch_size=1, dispatcher="alltoall")
+    return model, cluster, st
+
+
+def test_soft_deadline_stops_only_a_search_without_a_plan():
+    past = time.perf_counter() - 1.0
+    assert Clock(soft=past, found=lambda: False).passed()
+    assert not Clock(soft=past, found=lambda: True).passed()
+    assert not Clock(soft=time.perf_counter() + 60, found=lambda: False).passed()
+    assert Clock(wall=past, soft=past, found=lambda: True).passed()  # the hard limit still holds
+
+
+def test_no_plan_by_the_soft_deadline_is_a_timeout_not_a_proof(case):
+    model, cluster, st = case
+    full = solve_dp(model, cluster, st)
+    assert full.plan is not None
+    early = solve_dp(model, cluster, st, plan_by=0.0)
+    assert early.plan is None and early.status == "timeout"
+    assert early.stats["no_plan_by_s"] == 0.0 and early.stats["stopped_by"] == "time"
+    # a deadline the search meets changes nothing
+    late = solve_dp(model, cluster, st, plan_by=1e6)
+    assert late.plan == full.plan and late.objective_s == full.objective_s and late.status == full.status
+    assert "no_plan_by_s" not in late.stats
+
+
+def _rules_plain(batch, lv, S, row, grp, s):
+    """The stage rules written out over every pair (the form before the per-state shortcut)."""
+    mm = batch.mesh_min[grp]
+    et, ed = batch.edge_tp[grp], batch.edge_dp[grp]
+    prev = lv.mesh[S]
+    closes = (prev >= 0) & (batch.mesh[row] != prev)
+    ok = ~((mm > 1) & closes & (lv.run[S] < mm))
+    first = s == 0
+    root = lv.nd[S] < 0
+    last_tp = np.where(root, batch.tp[row], lv.etp[S])
+    ldp = np.maximum(np.where(root, batch.dp[row], lv.edp[S]), 1)
+    ok &= ~(first & et & (batch.tp[row] != last_tp))
+    ok &= ~(first & ed & (batch.dp[row] % ldp != 0) & (ldp % np.maximum(batch.dp[row], 1) != 0))
+    return ok
+
+
+def test_kernel_shortcuts_equal_their_plain_form(case, monkeypatch):
+    """``_rest`` evaluated once per distinct (group, start, devices left, stage size) equals it per pair
+    (values and counts), and the stage rules checked on the pairs they constrain equal the rules over all
+    pairs; the search they serve keeps its plan."""
+    model, cluster, st = case
+    calls = {"rest": 0, "rules": 0}
+    real_rest, real_rules = dp_levels._rest, dp_levels._stage_rules_ok
+
+    def rest(batch, k, grp, s, rem, gsz, bd, cnt):
+        before = cnt.memory_bound
+        out = real_rest(batch, k, grp, s, rem, gsz, bd, cnt)
+        ok, rsum, rmax, n_mem = dp_levels._rest_unique(batch, k, grp, s, rem, gsz, bd)
+        assert np.array_equal(out[0], ok)
+        np.testing.assert_array_equal(out[1], rsum)
+        np.testing.assert_array_equal(out[2], rmax)
+        assert cnt.memory_bound - before == int(n_mem.sum())
+        calls["rest"] += 1
+        return out
+
+    def rules(batch, lv, S, row, grp, s):
+        out = real_rules(batch, lv, S, row, grp, s)
+        if out is not None:
+            assert np.array_equal(out, _rules_plain(batch, lv, S, row, grp, s))
+            calls["rules"] += 1
+        return out
+
+    monkeypatch.setattr(dp_levels, "_rest", rest)
+    monkeypatch.setattr(dp_levels, "_stage_rules_ok", rules)
+    from hapmoe_milp.runtimes import RUNTIMES
+
+    sol = solve_dp(model, cluster, st, family="hetero", runtimes={"hetero": RUNTIMES["flagscale"]})
+    assert sol.plan is not None and math.isfinite(sol.objective_s)
+    assert calls["rest"] > 0 and calls["rules"] > 0
