@@ -15,7 +15,8 @@ calibrated tables in ``clusters/devices-calibrated/`` and checks each against it
 
 Usage::
 
-    python bench/fidelity.py [--runs bench/calibration/runs.yaml] [--write-tables] [--no-results]
+    python bench/fidelity.py [--runs bench/calibration/runs.yaml] [--write-tables] [--no-results] [--no-memory]
+    python bench/fidelity.py --devices b200,h100 --kinds model   # a cheap subset while iterating (prints only)
 """
 
 from __future__ import annotations
@@ -76,7 +77,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=",".join(KINDS), help="cross-validations to run (model,source,run)")
     ap.add_argument("--memory-runs", type=Path, default=ROOT / "bench" / "calibration" / "memory_runs.yaml")
     ap.add_argument("--memory-only", action="store_true", help="only the memory section (no table fitting)")
+    ap.add_argument("--no-memory", action="store_true", help="leave the memory section (fidelity_memory) as it is")
+    ap.add_argument(
+        "--devices",
+        default="",
+        help="only the runs whose devices are all in this comma list (a cheaper subset while iterating: the fits "
+        "and cross-validations see only those runs, so the figures differ from the full set's; prints only)",
+    )
     args = ap.parse_args(argv)
+    subset = {d for d in args.devices.split(",") if d}
+    if subset and args.write_tables:
+        ap.error("--devices fits a subset: it cannot write the shipped tables (drop --write-tables)")
     quiet_logging()
     if args.memory_only:
         mem = memory_section(args.memory_runs, args.runs, Catalog(root=ROOT, use_calibrated=False), command_line())
@@ -87,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     shipped = Catalog(root=ROOT, use_calibrated=False)
     runs = [prepare(r, shipped) for r in load_runs(args.runs)]
+    if subset:
+        runs = [r for r in runs if set(r.devices) <= subset]
+        if not runs:
+            ap.error(f"--devices {args.devices}: no run uses only these devices")
     devices = sorted({d for r in runs for d in r.devices})
     bases = {d: shipped.device(d) for d in devices}
     rows = load_rows(ROOT)
@@ -109,10 +124,15 @@ def main(argv: list[str] | None = None) -> int:
     lines += run_section(runs, before, cols)
     body = "\n".join(lines)
     print(body)
+    if subset:
+        return 0  # a subset's figures never replace the full set's section
+    if not args.no_results:
+        update_section("fidelity", body)
+    if args.no_memory:
+        return 0
     mem = memory_section(args.memory_runs, args.runs, shipped, command_line())
     print(mem)
     if not args.no_results:
-        update_section("fidelity", body)
         update_section("fidelity_memory", mem)
     return 0
 

@@ -10,7 +10,8 @@ import math
 
 import pytest
 
-from hapmoe_milp.cost.primitives import attention_time, collective_time, gemm_time, memory_time
+from hapmoe_milp.cost.model import rails_per_node
+from hapmoe_milp.cost.primitives import attention_time, collective_time, gemm_time, memory_time, rail_busbw
 from hapmoe_milp.errors import TableRangeError
 from hapmoe_milp.specs import Catalog
 from hapmoe_milp.specs.device import PRIMITIVES, DeviceSpec, IntraNode
@@ -180,6 +181,46 @@ def test_collective_table_size_moves_the_bandwidth_lookup_not_the_bytes():
     assert collective_time(d, "reduce_scatter", "intra", 1e6, 2, table_size=1e9) == pytest.approx(
         0.5 * 1e6 / 100e9, rel=1e-12
     )
+
+
+# ------------------------------------------------------------------------------------------------ rings across nodes
+@pytest.mark.parametrize(
+    ("rails", "fabric", "expected"),
+    [
+        (1, "switch", 20.0),  # one member per node: one NIC
+        (4, "switch", 80.0),  # four NICs' worth leaves each node
+        (8, "switch", 160.0),  # 8 x 20 < 200 in-node
+        (16, "switch", 160.0),  # never more members than the node has
+        (2, "mesh", 200.0 * 50.0 / 350.0),  # two members drive one 50 GB/s mesh link of 350: in-node caps it
+        (8, "mesh", 160.0),  # the whole mesh: the NICs cap it
+    ],
+)
+def test_ring_across_nodes_adds_the_nics_of_the_members_in_a_node(rails, fabric, expected):
+    """NCCL gives every ring channel its own NIC and each channel leaves a node once, so a group with ``rails``
+    members per node moves data out at ``rails`` NICs; each member forwards the whole buffer in the node, so the
+    in-node ring rate caps it (closed form; measured scale: nccl-tests #283, 8 H200 per node at 7.5 NICs)."""
+    bw = {"intra": dict.fromkeys(PRIMITIVES, 200.0), "inter": dict.fromkeys(PRIMITIVES, 20.0)}
+    d = device(busbw=bw, fabric=fabric)
+    assert rail_busbw(d, "reduce_scatter", 1e9, rails) == pytest.approx(expected, rel=1e-12)
+    t = collective_time(d, "all_gather", "inter", 1e9, 64, rails=rails)
+    assert t == pytest.approx(63 / 64 * 1e9 / (expected * 1e9), rel=1e-12)
+
+
+def test_all_to_all_and_intra_links_ignore_rails():
+    """All-to-all cannot aggregate NICs (nccl-tests #267); inside a node there is no NIC to add."""
+    bw = {"intra": dict.fromkeys(PRIMITIVES, 200.0), "inter": dict.fromkeys(PRIMITIVES, 20.0)}
+    d = device(busbw=bw)
+    assert collective_time(d, "all_to_all", "inter", 1e9, 64, rails=8) == pytest.approx(63 / 64 * 1e9 / 20e9)
+    assert collective_time(d, "all_gather", "intra", 1e9, 8, rails=8) == pytest.approx(7 / 8 * 1e9 / 200e9)
+
+
+@pytest.mark.parametrize(
+    ("n", "span", "expected"),
+    [(64, 64, 8), (8, 64, 1), (16, 64, 2), (32, 128, 2), (2, 16, 1), (4, 4, 4), (12, 24, 4)],
+)
+def test_rails_per_node_counts_group_members_in_each_spanned_node(n, span, expected):
+    """DP64 of a TP1 stage on 8 nodes: 8 per node; DP8 of TP8: 1 per node; DP16 of TP4 over 64: 2."""
+    assert rails_per_node(n, span, 8) == expected
 
 
 def test_shipped_h100_all_reduce_busbw_is_in_the_measured_ring_range():

@@ -121,11 +121,21 @@ def test_more_micro_batches_of_fewer_tokens_cost_more_per_token():
 
 def test_longer_sequences_amortise_per_micro_batch_costs_for_fine_grained_moe():
     """Qwen3-30B-A3B (128 experts of width 768) on 256 H100, same tokens per iteration: 16K-token
-    micro-batches beat 4K ones, because per-micro-batch, per-layer costs (launches, the router sync,
-    dispatch latency, short grouped GEMMs) outweigh the longer attention."""
-    t4 = per_token("qwen3-30b-a3b", "256xh100", 4096, 1, 1024, ep=8)
-    t16 = per_token("qwen3-30b-a3b", "256xh100", 16384, 1, 256, ep=8)
-    assert 1 / t16 > 1 / t4
+    micro-batches pay the per-micro-batch, per-layer host costs (launches, the router sync) a quarter as often
+    as 4K ones, while their attention costs more per token. Which wins depends on that balance, so only the two
+    effects are asserted (the total ordering once held only because the dense DP256 gradient sync was priced at
+    one NIC and hid behind the longer last backward)."""
+    from hapmoe_milp.cost.estimate import estimate
+    from hapmoe_milp.knobs import plan_from_knobs
+
+    m, c = CAT.model("qwen3-30b-a3b"), CAT.cluster("256xh100")
+    out = {}
+    for seq, gbs in ((4096, 1024), (16384, 256)):
+        st = Settings(seq_length=seq, global_batch_size=gbs, micro_batch_size=1, dispatcher="alltoall")
+        plan = plan_from_knobs(m, c, st, tp=1, pp=1, ep=8, etp=1)
+        out[seq] = estimate(m, c, plan, st).breakdown
+    assert out[4096]["host"] / out[16384]["host"] == pytest.approx(4.0, rel=0.02)  # same kernels, 4x the passes
+    assert out[16384]["compute"] > out[4096]["compute"]  # attention grows with the key length
 
 
 # ------------------------------------------------------------------ dispatch

@@ -103,7 +103,7 @@ def predicted(dev: DeviceSpec, row: Row) -> float:
     if row.kind in COLLECTIVE_KINDS:
         n, size = sh["ranks"], sh["bytes"]
         link = sh.get("link", "intra")
-        t = collective_time(dev, row.kind, link, size, n)
+        t = collective_time(dev, row.kind, link, size, n, rails=int(sh.get("per_node", 1)))
         factor = 2 * (n - 1) / n if row.kind == "all_reduce" else (n - 1) / n
         return factor * size / t / 1e9
     return float(getattr(dev.runtime, row.kind))

@@ -11,6 +11,7 @@ for MoE) element-wise work and stored activations are further split by TP.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -135,6 +136,13 @@ def link_for_span(span: int, node_size: int) -> str:
     return "intra" if span <= node_size else "inter"
 
 
+def rails_per_node(n: int, span: int, node_size: int) -> int:
+    """Members a group of ``n`` ranks spread evenly over ``span`` consecutive ranks has in each node it spans
+    (a DP group over a TP x CP mesh has ``node / (TP x CP)``): the NICs its ring collectives add up."""
+    nodes = max(1, math.ceil(span / node_size))
+    return max(1, min(node_size, n // nodes))
+
+
 #: Memo tags of the priced things whose state terms (weights, optimizer) depend on optimizer offload:
 #: layers, the first stage's embedding and the last stage's head (:meth:`CostModel.for_settings`).
 _STATE_TAGS = ("L", "E", "H")
@@ -207,7 +215,7 @@ class CostModel:
         node = self.node(did)
         link = link_for_span(span, node)
         frac = dev.intra.group_bandwidth_fraction(n, node) if link == "intra" else 1.0
-        return collective_time(dev, prim, link, size, n, bw_fraction=frac, **kw)
+        return collective_time(dev, prim, link, size, n, bw_fraction=frac, rails=rails_per_node(n, span, node), **kw)
 
     # ------------------------------------------------------------------ one layer
     def layer(self, did: str, cfg: ParallelConfig, b: int, kind: LayerKind, recompute: Recompute) -> LayerCost:

@@ -116,6 +116,29 @@ BUS_FACTOR = {
 }
 
 
+#: Collectives NCCL/HCCL run as rings (or trees) whose channels each leave a node once: they add up the NICs of
+#: the group's members in a node. All-to-all cannot (every pair talks; nccl-tests#267: one NIC's rate).
+RAIL_PRIMITIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter"})
+
+
+def rail_busbw(dev: DeviceSpec, primitive: str, nbytes: float, rails: int) -> float:
+    """Bus bandwidth (GB/s) of a ring collective across nodes whose group has ``rails`` members in each node.
+
+    Every ring channel enters and leaves each node once, through one NIC, and NCCL gives each channel a
+    different NIC (rail), so a channel carries ``1/rails`` of the data out of the node: the network side runs
+    at ``rails`` NICs, each at the single-NIC table rate for its share. In the node, every member forwards the
+    whole buffer over its own links, so the in-node ring rate (on a mesh: the links ``rails`` members use) caps
+    it. Measured: 248 nodes x 8 H200, NCCL all-reduce 512 MB at ~350 GB/s busbw, 7.5x one NIC (nccl-tests#283).
+    """
+    node = dev.devices_per_node
+    rails = max(1, min(rails, node))
+    inter = rails * dev.busbw(primitive, "inter", nbytes / rails)
+    if rails == 1:
+        return inter
+    intra = dev.busbw(primitive, "intra", nbytes) * dev.intra.group_bandwidth_fraction(rails, node)
+    return min(inter, intra)
+
+
 def collective_time(
     dev: DeviceSpec,
     primitive: str,
@@ -125,13 +148,19 @@ def collective_time(
     *,
     table_size: float | None = None,
     bw_fraction: float = 1.0,
+    rails: int = 1,
 ) -> float:
     """nccl-tests convention: ``size_bytes`` is the per-rank buffer ('size'), time = factor*size/busbw.
 
     ``table_size`` lets callers look the bandwidth up at a different message size (gradient buckets).
-    ``bw_fraction`` scales the bandwidth (a mesh group using fewer links than the full node).
+    ``bw_fraction`` scales the bandwidth (a mesh group using fewer links than the full node). ``rails``: a
+    group spanning nodes with that many members in each node (:func:`rail_busbw`).
     """
     if n <= 1 or size_bytes <= 0:
         return 0.0
-    bw = dev.busbw(primitive, link, table_size if table_size is not None else size_bytes) * bw_fraction
+    at = table_size if table_size is not None else size_bytes
+    if link == "inter" and rails > 1 and primitive in RAIL_PRIMITIVES:
+        bw = rail_busbw(dev, primitive, at, rails)
+    else:
+        bw = dev.busbw(primitive, link, at) * bw_fraction
     return BUS_FACTOR[primitive](n) * size_bytes / (bw * 1e9)
