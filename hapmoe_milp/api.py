@@ -246,12 +246,7 @@ def solve(
     m, c = resolve(model, cluster, catalog)
     st = make_settings(m, settings, **settings_kw)
     spaces = search_spaces(runtime, c, st, family, export, m)
-    tries = [st]
-    if optimizer_offload == "auto":
-        if not st.optimizer_offload:
-            tries.append(replace(st, optimizer_offload=True))
-    else:
-        tries = [replace(st, optimizer_offload=bool(optimizer_offload))]
+    tries = _tries(st, optimizer_offload)
     overlap_auto = settings is None and settings_kw.get("overlap_ep_comm") is None and ep_overlap_applies(m, st)
     last: Solution | None = None
     ran_out = False  # a try or alternative the limit left no time for: "no plan" is then not a proof
@@ -283,12 +278,8 @@ def solve(
         if sol.plan is not None:
             if unproven is not None:
                 sol = _after_unproven(sol, unproven[0])
-            out = finalize(sol, m, c, s)
             gbs_given = settings is not None or settings_kw.get("global_batch_size") is not None
-            warn = None if gbs_given else idle_warning(out, c)
-            if warn:
-                log.warning("%s", warn)
-            return out
+            return _finish(sol, m, c, s, warn_idle=not gbs_given)
         if sol.status == "timeout" or ran_out:
             break
         if unproven is not None and sol.status == "infeasible":
@@ -298,22 +289,49 @@ def solve(
             if not _covers(s, unproven[1]):
                 schedule.append(unproven[1])
             unproven = None
+    timed_out = ran_out or last is None or last.status == "timeout" or unproven is not None
+    raise _no_plan_error(m, c, tries[-1], spaces, solver, limit, t0, timed_out)
+
+
+def _tries(st: Settings, optimizer_offload: bool | str) -> list[Settings]:
+    """The settings solve tries in turn: as given, then (``auto`` only) with optimizer states offloaded."""
+    if optimizer_offload != "auto":
+        return [replace(st, optimizer_offload=bool(optimizer_offload))]
+    return [st] if st.optimizer_offload else [st, replace(st, optimizer_offload=True)]
+
+
+def _finish(sol: Solution, m: ModelSpec, c: ClusterSpec, s: Settings, *, warn_idle: bool) -> Solution:
+    """The found plan made self-contained; a default batch that leaves the cluster idle is warned about."""
+    out = finalize(sol, m, c, s)
+    warn = idle_warning(out, c) if warn_idle else None
+    if warn:
+        log.warning("%s", warn)
+    return out
+
+
+def _no_plan_error(
+    m: ModelSpec,
+    c: ClusterSpec,
+    st: Settings,
+    spaces: dict[str, Runtime | None],
+    solver: str,
+    limit: float,
+    t0: float,
+    timed_out: bool,
+) -> HapmoeError:
+    """Why solve has no plan: out of time (say how to give more), or a diagnosis of what does not fit --
+    itself bounded by what is left of the limit, at least DIAGNOSE_MIN_S."""
     from hapmoe_milp.search.diagnose import diagnose
     from hapmoe_milp.search.dp import families
 
-    if ran_out or last is None or last.status == "timeout" or unproven is not None:
-        raise InfeasibleError(
+    if timed_out:
+        return InfeasibleError(
             f"{solver} found no plan within the time limit ({limit:g} s); give it more time with "
             f"--time-limit {max(2 * limit, 60):g} (time_limit= in Python)",
             constraint="time",
         )
-    # explaining infeasibility is bounded too: what is left of the limit, at least DIAGNOSE_MIN_S
-    raise diagnose(
-        m,
-        c,
-        tries[-1],
-        families(_family_arg(spaces)),
-        Deadline.after(max(DIAGNOSE_MIN_S, limit - (time.perf_counter() - t0))),
+    return diagnose(
+        m, c, st, families(_family_arg(spaces)), Deadline.after(max(DIAGNOSE_MIN_S, limit - (time.perf_counter() - t0)))
     )
 
 
