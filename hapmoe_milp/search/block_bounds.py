@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -117,12 +118,7 @@ class BlockBounds:
         self.items: dict[str, _Items] = {}
         self.items_sync: dict[str, _Items] = {}
         raw = {fam: self._price(fam) for fam in _FAMILIES}
-        unit: dict[int, int] = {}
-        for r in raw.values():
-            for j, g in zip(r["typ"].tolist(), r["size"].tolist()):
-                unit[j] = math.gcd(unit.get(j, 0), g)
-        self.unit = {j: unit.get(j, 1) or 1 for j in self.types}
-        self.grid = {j: sub.inv[j] // self.unit[j] for j in self.types}
+        self.unit, self.grid = device_grid(raw.values(), self.types, sub.inv)
         both = raw["both"]
         #: P = 1 is enumerated exactly over every single-stage item (before any reduction)
         self.single = (
@@ -452,6 +448,19 @@ def _reduce(
     if swap:  # reduced over the second value (sync): give the fields back their names
         return _Items(cls[keep], n[keep], sync[keep], eff[keep], kmax[keep])
     return _Items(cls[keep], n[keep], eff[keep], sync[keep], kmax[keep])
+
+
+def device_grid(
+    priced: Iterable[dict[str, np.ndarray]], types: list[int], inv: Sequence[int]
+) -> tuple[dict[int, int], dict[int, int]]:
+    """Per device type, the gcd of every priced stage's device count (the unit the bounds count devices in)
+    and how many such units the cluster holds: counting in units keeps the bound DPs' tables small."""
+    unit: dict[int, int] = {}
+    for r in priced:
+        for j, g in zip(r["typ"].tolist(), r["size"].tolist()):
+            unit[j] = math.gcd(unit.get(j, 0), g)
+    units = {j: unit.get(j, 1) or 1 for j in types}
+    return units, {j: inv[j] // units[j] for j in types}
 
 
 def price_stages(sub: SubProblem, s: np.ndarray, e: np.ndarray, fam: str, K: int) -> dict[str, np.ndarray]:

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hapmoe_milp.search.block_bounds import SLACK, price_stages
+from hapmoe_milp.search.block_bounds import SLACK, device_grid, price_stages
 
 if TYPE_CHECKING:
     from hapmoe_milp.search.formulation import SubProblem
@@ -90,12 +90,7 @@ class RangeBounds:
             "last": (np.arange(1, N, dtype=np.int64), np.full(N - 1, N, dtype=np.int64)),
         }
         raw = {f: price_stages(sub, s.astype(np.int64), e.astype(np.int64), f, K) for f, (s, e) in fams.items()}
-        unit: dict[int, int] = {}
-        for r in raw.values():
-            for j, g in zip(r["typ"].tolist(), r["size"].tolist()):
-                unit[j] = math.gcd(unit.get(j, 0), g)
-        self.unit = {j: unit.get(j, 1) or 1 for j in self.types}
-        self.grid = {j: sub.inv[j] // self.unit[j] for j in self.types}
+        self.unit, self.grid = device_grid(raw.values(), self.types, sub.inv)
         keys: dict[tuple[int, int, int], int] = {}
         self.raw = {}
         for fam, r in raw.items():
