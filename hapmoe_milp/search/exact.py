@@ -20,7 +20,8 @@ times and memory, and it is what lets the covering (suffix) bounds see the integ
 counts.
 
 Best-first search with a shared incumbent. Every node (a sub-problem, then a depth) carries a valid
-lower bound: a sub-problem starts with the DP's root bound; a depth model's bound comes from its
+lower bound: a sub-problem starts with the DP's root bound (an interleaved copy with its quick bound,
+``SubProblem.quick_bound``, raised to the root bound when it comes first); a depth model's bound comes from its
 reductions (covering bound on ``tau_max`` and the other lower-bound cuts); a backend run raises it.
 The node with the smallest bound goes next; a node whose bound reaches the incumbent is closed
 without a model; a depth model is built under the incumbent as its cutoff, so the reductions shrink it
@@ -216,6 +217,11 @@ class _Search:
                 self.close(node, "root bound" if node.P is None or node.model is None else "bound")
                 if node.P is None or node.model is None:
                     self.counts["closed_by_root_bound"] += 1
+                continue
+            if node.P is None and not node.sub.root_exact:
+                # it started from its quick bound (interleaved copies): the full root bound first
+                node.bound = max(node.bound, node.sub.root_bound)
+                self.push(node)
                 continue
             if node.P is None:  # split the sub-problem by depth
                 self.split(node)
@@ -476,7 +482,7 @@ def _push_roots(search: _Search, subs: list[SubProblem], hint_plan: Plan | None)
     warm = False
     roots = []
     for sp in subs:
-        node = _Node(sp, None, sp.root_bound)
+        node = _Node(sp, None, sp.quick_bound)
         if hint_plan is not None and not warm:
             a = assignment_of(sp, hint_plan)
             if a is not None:

@@ -224,6 +224,8 @@ class SubProblem:
         self._fixed = np.asarray([o.fixed for o in options], dtype=np.float64)
         self._ranges: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._static: dict[str, dict[str, np.ndarray]] = {}  # shared by every schedule's copy
+        #: the root bound's schedule-free parts per in-flight count (shared by every schedule's copy)
+        self._root_parts: dict[float, tuple[float, float]] = {}
         #: mixed layer kinds with too many (option, layer range) pairs to enumerate: arcs are indexed by
         #: layer count and a middle stage is priced at its cheapest window (a relaxation: bounds only)
         self.relaxed = not self.uniform and self.O * (self.N - 1) * (self.N - 2) // 2 > _ARC_CAP
@@ -259,7 +261,46 @@ class SubProblem:
         #: the pipeline depths of this sub-problem's plans (VPP: only Megatron's, within the stage caps)
         self.depths: tuple[int, ...] = tuple(P for P in depths if self.min_total(P) <= self.N)
         self._arcs: dict[tuple[int, bool, int], ArcSet] = {}
-        self.root_bound = self._root_bound()
+        self._root: float | None = None
+        self.quick_bound = self._quick_bound()
+
+    @property
+    def root_bound(self) -> float:
+        """The sub-problem's root bound (:meth:`_root_bound`), computed on first use: most of a Table 1
+        space's sub-problems are closed by :attr:`quick_bound` alone and never need it."""
+        if self._root is None:
+            self._root = max(self._root_bound(), self.quick_bound)
+        return self._root
+
+    @property
+    def root_exact(self) -> bool:
+        """Has :attr:`root_bound` been computed (so :attr:`quick_bound` is no longer the best known)?"""
+        return self._root is not None
+
+    def _quick_bound(self) -> float:
+        """A valid root bound that costs nothing on an interleaved copy: the floors of :meth:`_root_floors`
+        at any in-flight count ``i0`` at most this schedule's ``infl``, combined with this schedule's
+        coefficients. Valid because the floors do not decrease with ``infl`` (more micro-batches in flight
+        leave fewer options usable and fewer layers per stage in memory, so every minimum there is over a
+        subset and every capacity smaller). With no such floors cached it is the exact root bound."""
+        if self.O == 0 or not self.depths:
+            self._root = math.inf
+            return math.inf
+        infl = self._min_in_flight()
+        below = [i for i in self._root_parts if i <= infl]
+        if infl in self._root_parts or not below:
+            self._root = self._root_bound()
+            return self._root
+        return self._combine(*self._root_parts[max(below)])
+
+    def _min_in_flight(self) -> float:
+        """Fewest micro-batches in flight over every slot of every allowed depth (the root bound's memory)."""
+        return min(self.in_flight(k, P) for P in self.depths for k in range(1, P + 1))
+
+    def _combine(self, sum_lb: float, tau_lb: float) -> float:
+        if math.isinf(sum_lb):  # no option holds a single layer
+            return math.inf
+        return self.alpha * max(sum_lb, tau_lb) + self.beta * tau_lb
 
     def for_schedule(self, inst: Instance) -> SubProblem:
         """This sub-problem for another schedule of the same options (an interleaved copy of its instance,
@@ -325,16 +366,25 @@ class SubProblem:
         lightest kind, at the fewest micro-batches in flight, no edges) count."""
         if self.O == 0 or not self.depths:
             return math.inf
+        infl = self._min_in_flight()
+        if infl not in self._root_parts:
+            self._root_parts[infl] = self._root_floors(infl)
+        return self._combine(*self._root_parts[infl])
+
+    def _root_floors(self, infl: float) -> tuple[float, float]:
+        """(floor on ``sum tau``, floor on ``tau_max``) of :meth:`_root_bound` at ``infl`` micro-batches in
+        flight. They read only the options' per-layer costs, sizes and capacities, which every schedule's
+        copy of this sub-problem shares (:meth:`for_schedule`), so the copies share them by ``infl``; only the
+        coefficients ``alpha``, ``beta`` that combine them are the schedule's."""
         pre = self._pre
 
         def per_layer(attr: str) -> np.ndarray:
             return pre[attr][:, 1:] - pre[attr][:, :-1]
 
-        infl = min(self.in_flight(k, P) for P in self.depths for k in range(1, P + 1))
         one = (per_layer("weights") + infl * per_layer("act")).min(axis=1) + self._fixed
         usable = one <= self.cap
         if not usable.any():
-            return math.inf
+            return math.inf, math.inf
         t = (per_layer("fwd") + per_layer("bwd"))[usable]
         size = self.size[usable]
         w = t * size[:, None]  # device-seconds per layer
@@ -352,7 +402,7 @@ class SubProblem:
         room = (self.cap - self._fixed)[usable]
         nmem = np.where(m1 > 0, np.floor(room / np.where(m1 > 0, m1, 1.0)), self.N).astype(np.int64)
         tau_lb = max(tau_lb, self._knapsack_floor(t1, np.minimum(nmem, self.N), tix, size))
-        return self.alpha * max(sum_lb, tau_lb) + self.beta * tau_lb
+        return sum_lb, tau_lb
 
     def _knapsack_floor(self, t1: np.ndarray, nmem: np.ndarray, tix: np.ndarray, size: np.ndarray) -> float:
         """Smallest stage time ``T`` at which stages of at most ``T`` can hold all layers on the inventory.
