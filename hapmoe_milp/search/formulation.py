@@ -60,6 +60,13 @@ The sub-problem's own bound (its depths' reductions and cuts are argued in
   Memory there uses the fewest micro-batches in flight over every slot of every allowed depth (for VPP
   the smallest depth's last slot, ``in_flight`` grows with both), and the per-slot layer minima are
   ignored: both only enlarge what a stage may hold.
+- *Quick root bound* (interleaved copies of a sub-problem, :meth:`SubProblem.for_schedule`): the root
+  bound's two floors (on ``sum tau`` and ``tau_max``) read only the options' per-layer costs, sizes and
+  capacities, which the copies share, and the fewest micro-batches in flight ``i``; they do not decrease
+  as ``i`` grows (fewer options hold a layer and each holds fewer layers, so every minimum is over a
+  subset and every knapsack smaller). So the floors of a schedule already priced at ``i0 <= i`` (the
+  plain one, ``i0 = 1``), combined with this schedule's ``alpha, beta >= 0``, are a valid bound; the
+  search raises it to the full root bound only for a node that comes first (most never do).
 
 Mixed kinds at scale (e.g. DeepSeek-V3's 62 layers on hundreds of options): when ranges are too many to
 enumerate, arcs are indexed by count and a middle stage is priced at the cheapest window of that many
@@ -226,6 +233,7 @@ class SubProblem:
         self._static: dict[str, dict[str, np.ndarray]] = {}  # shared by every schedule's copy
         #: the root bound's schedule-free parts per in-flight count (shared by every schedule's copy)
         self._root_parts: dict[float, tuple[float, float]] = {}
+        self._buckets: list[list[np.ndarray]] = []  # :meth:`_dominance_buckets`, set once in place (shared)
         #: mixed layer kinds with too many (option, layer range) pairs to enumerate: arcs are indexed by
         #: layer count and a middle stage is priced at its cheapest window (a relaxation: bounds only)
         self.relaxed = not self.uniform and self.O * (self.N - 1) * (self.N - 2) // 2 > _ARC_CAP
@@ -592,6 +600,19 @@ class SubProblem:
         self._arcs[key] = arcs
         return arcs
 
+    def _dominance_buckets(self) -> list[np.ndarray]:
+        """Options that may dominate each other (same group, type, size, link class; under rules between
+        stages the same mesh too: an arc can stand in only for arcs of its own device and config), two or
+        more per bucket. Schedule-free, so computed once and shared by the interleaved copies."""
+        if not self._buckets:
+            buckets: dict[tuple[int, ...], list[int]] = {}
+            mesh = self.mesh if self.rules.active else np.zeros(self.O, dtype=np.int64)
+            keys = zip(self.gid.tolist(), self.tix.tolist(), self.size.tolist(), self.cls.tolist(), mesh.tolist())
+            for i, key in enumerate(keys):
+                buckets.setdefault(key, []).append(i)
+            self._buckets.append([np.asarray(b) for b in buckets.values() if len(b) > 1])
+        return self._buckets[0]
+
     def _dominance(
         self,
         ok: np.ndarray,
@@ -602,17 +623,8 @@ class SubProblem:
         out: dict[tuple[int, int, int], int],
     ) -> np.ndarray:
         """Drop arcs another arc of the same type, size, class, group and range beats or ties (see doc)."""
-        buckets: dict[tuple[int, int, int, int, int], list[int]] = {}
-        # under rules between stages an arc can stand in only for arcs of its own mesh (device and config)
-        mesh = self.mesh if self.rules.active else np.zeros(self.O, dtype=np.int64)
-        for i in range(self.O):
-            key = (int(self.gid[i]), int(self.tix[i]), int(self.size[i]), int(self.cls[i]), int(mesh[i]))
-            buckets.setdefault(key, []).append(i)
         keep = ok.copy()
-        for idx in buckets.values():
-            if len(idx) < 2:
-                continue
-            ix = np.asarray(idx)
+        for ix in self._dominance_buckets():
             T, S, M = time[ix], sync[ix], ok[ix]  # m x R
             Pm = self.p2p[ix]  # m x C
             p_le = (Pm[:, None, :] <= Pm[None, :, :]).all(axis=2)  # [b, a]: b's p2p <= a's everywhere
