@@ -889,3 +889,12 @@ def test_one_model_per_instance_with_group_booleans(catalog, solver):
     assert sol.stats["subproblems"] <= n_inst
     assert sol.objective_s == pytest.approx(ref.objective_s, rel=1e-5)
     _check_plan_objective(sol, model, cluster, st_)
+
+
+@pytest.mark.parametrize("budget", [1, 3])
+def test_cold_start_budget_changes_only_the_order(catalog, monkeypatch, budget):
+    """A cold start that stops building cutoff-free depth models after ``budget`` of them (and solves the
+    best-bound one for a first plan) still proves the unpruned DP's optimum (dense prefix + MTP + VPP)."""
+    monkeypatch.setattr(exact, "COLD_MODELS", budget)
+    pattern, mtp, spec, gbs, family = VPP_CASES[7]
+    _assert_agree(tiny_model(pattern, mtp=mtp), tiny_cluster(catalog, spec), _settings(gbs), family)
