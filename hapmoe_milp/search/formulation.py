@@ -94,6 +94,7 @@ import numpy as np
 from hapmoe_milp.deadline import NO_DEADLINE, Deadline
 from hapmoe_milp.instance import Instance, Option, groups, in_group, vpp_lead
 from hapmoe_milp.plan import Plan, Stage
+from hapmoe_milp.search.root_bound import root_floors
 from hapmoe_milp.space import stage_rule_problems
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "timeout"]
@@ -286,8 +287,9 @@ class SubProblem:
         return self._root is not None
 
     def _quick_bound(self) -> float:
-        """A valid root bound that costs nothing on an interleaved copy: the floors of :meth:`_root_floors`
-        at any in-flight count ``i0`` at most this schedule's ``infl``, combined with this schedule's
+        """A valid root bound that costs nothing on an interleaved copy: the floors (``root_floors`` in
+        :mod:`hapmoe_milp.search.root_bound`) at any in-flight count ``i0`` at most this schedule's ``infl``,
+        combined with this schedule's
         coefficients. Valid because the floors do not decrease with ``infl`` (more micro-batches in flight
         leave fewer options usable and fewer layers per stage in memory, so every minimum there is over a
         subset and every capacity smaller). With no such floors cached it is the exact root bound."""
@@ -376,87 +378,8 @@ class SubProblem:
             return math.inf
         infl = self._min_in_flight()
         if infl not in self._root_parts:
-            self._root_parts[infl] = self._root_floors(infl)
+            self._root_parts[infl] = root_floors(self, infl)
         return self._combine(*self._root_parts[infl])
-
-    def _root_floors(self, infl: float) -> tuple[float, float]:
-        """(floor on ``sum tau``, floor on ``tau_max``) of :meth:`_root_bound` at ``infl`` micro-batches in
-        flight. They read only the options' per-layer costs, sizes and capacities, which every schedule's
-        copy of this sub-problem shares (:meth:`for_schedule`), so the copies share them by ``infl``; only the
-        coefficients ``alpha``, ``beta`` that combine them are the schedule's."""
-        pre = self._pre
-
-        def per_layer(attr: str) -> np.ndarray:
-            return pre[attr][:, 1:] - pre[attr][:, :-1]
-
-        one = (per_layer("weights") + infl * per_layer("act")).min(axis=1) + self._fixed
-        usable = one <= self.cap
-        if not usable.any():
-            return math.inf, math.inf
-        t = (per_layer("fwd") + per_layer("bwd"))[usable]
-        size = self.size[usable]
-        w = t * size[:, None]  # device-seconds per layer
-        W = float(w.min(axis=0).sum())
-        fastest = float(t.min(axis=0).sum())
-        sum_lb = max(W / float(size.max()), fastest)
-        tix = self.tix[usable]
-        rate = 0.0  # layers per second the whole cluster can process at best
-        for j in set(tix.tolist()):
-            wt = float(w[tix == j].min())
-            rate += self.inv[j] / wt if wt > 0 else math.inf
-        tau_lb = self.N / rate if rate > 0 else 0.0
-        t1 = t.min(axis=1)
-        m1 = (per_layer("weights") + infl * per_layer("act")).min(axis=1)[usable]
-        room = (self.cap - self._fixed)[usable]
-        nmem = np.where(m1 > 0, np.floor(room / np.where(m1 > 0, m1, 1.0)), self.N).astype(np.int64)
-        tau_lb = max(tau_lb, self._knapsack_floor(t1, np.minimum(nmem, self.N), tix, size))
-        return sum_lb, tau_lb
-
-    def _knapsack_floor(self, t1: np.ndarray, nmem: np.ndarray, tix: np.ndarray, size: np.ndarray) -> float:
-        """Smallest stage time ``T`` at which stages of at most ``T`` can hold all layers on the inventory.
-
-        Relaxation (so a lower bound on ``tau_max``): a stage of option ``o`` holds at most
-        ``min(nmem_o, T / t1_o)`` layers (``t1`` its cheapest per-layer time, ``nmem`` what its memory
-        holds of its lightest layer), edges, p2p, slot positions and the stage count are ignored, and
-        each device type is an unbounded knapsack over its stage sizes, so coverage is a sum over types.
-        """
-        N = self.N
-        cands = np.unique((t1[:, None] * np.arange(1, N + 1)[None, :])[np.arange(N)[None, :] < nmem[:, None]])
-        if not len(cands):
-            return math.inf
-
-        def covers(T: float) -> bool:
-            n = np.minimum(nmem, np.floor(T / t1 * (1 + 1e-12)).astype(np.int64))
-            total = 0
-            for j in set(tix.tolist()):
-                best: dict[int, int] = {}
-                for g, k in zip(size[tix == j].tolist(), n[tix == j].tolist()):
-                    if k > best.get(g, 0):
-                        best[g] = k
-                cap = self.inv[j]
-                if len(best) == 1:
-                    ((g, k),) = best.items()
-                    total += (cap // g) * k
-                else:
-                    dp = [0] * (cap + 1)
-                    items = sorted(best.items())
-                    for u in range(1, cap + 1):
-                        dp[u] = max([dp[u - 1], *(dp[u - g] + k for g, k in items if g <= u)])
-                    total += dp[cap]
-                if total >= N:
-                    return True
-            return total >= N
-
-        if not covers(float(cands[-1])):
-            return math.inf
-        a, b = 0, len(cands) - 1
-        while a < b:
-            mid = (a + b) // 2
-            if covers(float(cands[mid])):
-                b = mid
-            else:
-                a = mid + 1
-        return float(cands[a])
 
     # ------------------------------------------------------------------ arcs
     def _range_arrays(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
