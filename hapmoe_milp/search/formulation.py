@@ -289,10 +289,10 @@ class SubProblem:
     def _quick_bound(self) -> float:
         """A valid root bound that costs nothing on an interleaved copy: the floors (``root_floors`` in
         :mod:`hapmoe_milp.search.root_bound`) at any in-flight count ``i0`` at most this schedule's ``infl``,
-        combined with this schedule's
-        coefficients. Valid because the floors do not decrease with ``infl`` (more micro-batches in flight
-        leave fewer options usable and fewer layers per stage in memory, so every minimum there is over a
-        subset and every capacity smaller). With no such floors cached it is the exact root bound."""
+        combined with this schedule's coefficients. Valid because the floors do not decrease with ``infl``
+        (more micro-batches in flight leave fewer options usable and fewer layers per stage in memory, so
+        every minimum there is over a subset and every capacity smaller). With no such floors cached it is
+        the exact root bound."""
         if self.O == 0 or not self.depths:
             self._root = math.inf
             return math.inf
