@@ -15,6 +15,7 @@ from hapmoe_milp.config import (
     DEFAULT_TIME_LIMIT,
     EXACT_SOLVERS,
     SOLVERS,
+    Family,
     Settings,
     check_choice,
     check_solver_options,
@@ -247,6 +248,7 @@ def solve(
     st = make_settings(m, settings, **settings_kw)
     spaces = search_spaces(runtime, c, st, family, export, m)
     tries = _tries(st, optimizer_offload)
+    tries = _tries_the_floor_leaves(m, c, st, tries, tuple(spaces), fsdp_search)
     overlap_auto = settings is None and settings_kw.get("overlap_ep_comm") is None and ep_overlap_applies(m, st)
     last: Solution | None = None
     ran_out = False  # a try or alternative the limit left no time for: "no plan" is then not a proof
@@ -307,6 +309,39 @@ def _finish(sol: Solution, m: ModelSpec, c: ClusterSpec, s: Settings, *, warn_id
     if warn:
         log.warning("%s", warn)
     return out
+
+
+def _tries_the_floor_leaves(
+    m: ModelSpec, c: ClusterSpec, st: Settings, tries: list[Settings], fams: tuple[Family, ...], fsdp_search: bool
+) -> list[Settings]:
+    """The tries the memory floor (``search/floor.py``, no option priced) cannot rule out over the
+    families ``fams``; when it rules out all of them, the proof as an InfeasibleError. A try counts as ruled
+    out only together with the Megatron-FSDP alternative searched beside it over the megatron family
+    (``_alternatives``: FSDP shards more state); EP overlap changes no state."""
+    from hapmoe_milp.search.floor import prove_no_fit
+
+    left: list[Settings] = []
+    why: str | None = None
+    for s in tries:
+        proofs = [prove_no_fit(m, c, s, fams)]
+        if fsdp_search and "megatron" in fams and s.fsdp == "none" and not s.optimizer_offload:
+            proofs.append(prove_no_fit(m, c, replace(s, fsdp="optim_grads_params"), ("megatron",)))
+        if any(p is None for p in proofs):
+            left.append(s)
+        else:
+            why = proofs[0]
+    if left:
+        return left
+    offload = tries[-1].optimizer_offload
+    hint = ""
+    if not offload and prove_no_fit(m, c, replace(st, optimizer_offload=True), fams) is None:
+        hint = " or try --optimizer-offload"
+    where = "even with the optimizer states offloaded to host memory" if offload else "optimizer states on the device"
+    raise InfeasibleError(
+        f"memory: no plan can fit {m.name} on {c.name} ({where}): {why} (proved before the search by the "
+        f"memory floor, cost/floor.py); use more devices{hint}",
+        constraint="memory",
+    )
 
 
 def _no_plan_error(
