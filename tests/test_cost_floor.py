@@ -38,6 +38,8 @@ CASES = [
     ("moe-8-experts", tiny_model((1, 1, 1), experts=8), [("h100", 8, None)]),
     ("dense", tiny_model((0, 0, 0)), [("a100", 4, None), ("h100", 2, None)]),
 ]
+# catalog layer kinds the tiny models lack: MLA, Mamba and MoE-MLP sub-layers, gated DeltaNet
+CATALOG = ["deepseek-v2-lite", "jamba-v0.1", "qwen3-next-80b-a3b"]
 
 
 def _options(model, cluster, st):
@@ -76,6 +78,24 @@ def test_stage_floor_is_below_every_priced_option(name, model, spec, settings_na
         seen += 1
     assert seen > 50
     assert max(least.values()) < 1.10, max(least.items(), key=lambda kv: kv[1])
+
+
+@pytest.mark.parametrize("settings_name", ["default", "fsdp"])
+@pytest.mark.parametrize("name", CATALOG)
+def test_stage_floor_is_below_every_priced_option_of_catalog_kinds(name, settings_name):
+    """The same per-device inequalities for the catalog's other layer kinds, on 4 H100."""
+    model = CAT.model(name)
+    cluster = tiny_cluster(CAT, [("h100", 4, None)])
+    st = make_settings(model, **SETTINGS[settings_name])
+    seen = 0
+    for o in _options(model, cluster, st):
+        sf = stage_floor_bytes(model, st, o.devices, cluster.node_size(o.device))
+        for k, floor in sf.per_kind.items():
+            assert o.per_kind[k].weights >= floor * (1 - REL), (o.cfg.label(), k)
+        assert o.last.weights + o.last.work >= sf.last * (1 - REL)
+        assert o.fixed >= sf.fixed * (1 - REL) and sf.fixed > 0
+        seen += 1
+    assert seen > 10
 
 
 def test_state_split_is_megatrons_bytes():

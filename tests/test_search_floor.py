@@ -74,6 +74,7 @@ def test_offload_only_pair_is_searched_with_offload_alone(monkeypatch):
     assert sol.plan is not None and sol.plan.settings().optimizer_offload is True
     assert sol.status in ("optimal", "feasible")
     assert set(calls) == {True}
+    assert sol.stats["ruled_out_by_floor"] == "optimizer states on the device"
 
 
 @pytest.mark.parametrize(

@@ -12,12 +12,15 @@ Two necessary conditions of every plan, cheapest first; when one fails, nothing 
    the layer sequence, devices used per type): from each position a stage of each (type, size) the space
    has (``space.stage_sizes``) takes the longest range it can hold -- never worse than a shorter one, since
    dropping layers from the next stage only lowers its floor and a stage left empty is dropped -- and only
-   device-usage vectors no other at the same position beats are kept. It stops without a proof past
-   ``max_moves``; the solver's own search then decides.
+   device-usage vectors no other at the same position beats are kept. Each family's own rules between
+   stages hold in it: the hetero family's stages of one device type are consecutive, the megatron
+   family's share one mesh (one stage size) in any type order; runtime rules (FlagScale's edge TP, mesh
+   sizes) are left out, which only weakens the test. It stops without a proof past ``max_moves``; the
+   solver's own search then decides.
 
 Condition 2 implies 1 (a stage's ``g`` times its per-device floor is at least its layers' whole-cluster
-floor), but 1 is O(1) and says why in one number. ``tests/test_search_floor.py`` checks both against the
-stage options of small spaces and against the full search.
+floor), but 1 is O(1) and says why in one number. ``tests/test_cost_floor.py`` checks the floors against
+every priced option of small spaces, ``tests/test_search_floor.py`` the proofs against the full search.
 """
 
 from __future__ import annotations
