@@ -5,10 +5,11 @@ Two necessary conditions of every plan, cheapest first; when one fails, nothing 
 1. **Whole cluster** (:func:`hapmoe_milp.cost.floor.memory_floor`): the model state of every parameter,
    summed over the devices holding it, fits the cluster's total budget.
 2. **Stages**: each stage of ``g`` devices of type ``h`` holds a contiguous range of layers whose
-   per-device state floors (:func:`hapmoe_milp.cost.floor.stage_floor_bytes`, plus the embedding on the
-   first stage and the output layer on the last) add up to at most one device's budget, and the stages of
-   type ``h`` use at most its inventory. Activations, working sets and fragmentation only add, so a plan
-   that fits passes this test with the same stages. The test itself is a small search over (position in
+   per-device floors (:func:`hapmoe_milp.cost.floor.stage_floor_bytes`: model state, plus the embedding on
+   the first stage and the output layer with its logits on the last, plus the working set every rank
+   holds) add up to at most one device's budget, and the stages of type ``h`` use at most its inventory.
+   Stored activations and fragmentation only add, so a plan that fits passes this test with the same
+   stages. The test itself is a small search over (position in
    the layer sequence, devices used per type): from each position a stage of each (type, size) the space
    has (``space.stage_sizes``) takes the longest range it can hold -- never worse than a shorter one, since
    dropping layers from the next stage only lowers its floor and a stage left empty is dropped -- and only
@@ -66,7 +67,7 @@ def prove_no_fit(
         placed.append(f"{got} of its {n} layers in {fam}-family stages")
     return (
         f"counting only model state at the widest sharding a stage allows (TP within a node, experts and "
-        f"optimizer state over the whole stage) and each layer's working set, the cluster's "
+        f"optimizer state over the whole stage) and the working set every device holds, the cluster's "
         f"{floor.devices} devices can hold at most {' and '.join(placed)} (with the embedding and output layer)"
     )
 
