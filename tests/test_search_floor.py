@@ -95,6 +95,19 @@ def test_catalog_pairs_are_proven_before_any_option_is_priced(monkeypatch, model
     assert "memory floor" in text and "even with the optimizer states offloaded" in text and says in text
 
 
+def test_every_solver_gets_the_floors_proof():
+    """The floor runs before any solver, so DP, CP-SAT and MILP answer a tiny infeasible instance alike."""
+    cluster = tiny_cluster(CAT, [("h800", 1, 1.0), ("910b", 1, 1.0)])
+    model = tiny_model((1, 1, 1, 1))
+    msgs = set()
+    for solver in ("dp", "cpsat", "milp"):
+        with pytest.raises(InfeasibleError) as err:
+            api.solve(model, cluster, solver, optimizer_offload=False, runtime="any")
+        assert err.value.constraint == "memory" and "memory floor" in str(err.value)
+        msgs.add(str(err.value))
+    assert len(msgs) == 1
+
+
 @pytest.mark.slow
 def test_stage_proof_agrees_with_the_full_search():
     """DeepSeek-V3 on 16 H800 + 16 MI300X: its state fits the whole cluster (the cluster condition has no
