@@ -124,6 +124,29 @@ def test_exact_solvers_match_unpruned_dp_random(catalog, pattern, sizes, mem, ty
     _assert_agree(model, cluster, _settings(gbs), family)
 
 
+TIED_CASES = [
+    # (layer pattern, cluster, depth of the optimum): tied input/output embeddings
+    ((1, 0, 1), [("h800", 1, None)], 1),
+    ((1, 0, 1), [("h800", 2, None), ("910b", 1, None)], 1),
+    ((1, 1, 1), [("a100", 2, 2.4), ("v100", 1, None)], 2),
+]
+
+
+@pytest.mark.parametrize(("pattern", "spec", "depth"), TIED_CASES)
+def test_exact_solvers_and_brute_force_agree_with_tied_embeddings(catalog, pattern, spec, depth):
+    """Tied embeddings are one matrix on a one-stage pipeline and a copy on the last stage of a deeper one
+    (cost/model.py ``single_edge``): CP-SAT, the MILP, the unpruned DP, brute force over every plan and
+    ``estimate`` price both the same way."""
+    model = replace(tiny_model(pattern), untie_embeddings_and_output_weights=False)
+    cluster = tiny_cluster(catalog, spec)
+    st_ = _settings()
+    ref = _assert_agree(model, cluster, st_, "both")
+    assert ref.plan.pp == depth
+    subs = [sp for fam in ("megatron", "hetero") for sp in _subproblems(model, cluster, st_, fam, max_vpp=OFF.max_vpp)]
+    best = min(v for sp in subs for v, _ in depth_optima(sp).values())
+    assert ref.objective_s == pytest.approx(best, rel=1e-9)
+
+
 # interleaved (VPP) instances: a leading dense block (it must fit the first rank's first chunk), MTP
 # (in the last rank's last chunk), 2-3 device types, memory-tight, M divisible by the depth
 VPP_CASES = [

@@ -216,7 +216,7 @@ class SubProblem:
             for attr in ("fwd", "bwd", "weights", "act", "rs", "ag", "opt")
         }
         self._edges: dict[str, np.ndarray] = {}
-        for side in ("first", "last"):
+        for side in ("first", "last", "single"):
             for attr in ("fwd", "bwd", "weights", "act", "rs", "ag", "opt", "work"):
                 self._edges[f"{side}.{attr}"] = np.asarray(
                     [getattr(getattr(o, side), attr) for o in options], dtype=np.float64
@@ -454,7 +454,7 @@ class SubProblem:
                     cur[attr] = np.where(short[None, :], np.inf, cur[attr])
             for attr, v in cur.items():
                 vals[attr] = v if attr not in vals else np.minimum(vals[attr], v)
-        sides = {"first": ("first",), "last": ("last",), "both": ("first", "last"), "mid": ()}[kind]
+        sides = {"first": ("first",), "last": ("last",), "both": ("single",), "mid": ()}[kind]
         priced = self._with_edges(vals, sides)
         w, a, fixed = priced["w"], priced["a"], priced["fixed"]
         if self.relaxed and kind == "mid":  # no edges in the middle: the per-window minima stand
