@@ -11,6 +11,7 @@ import pytest
 from hapmoe_milp.config import make_settings
 from hapmoe_milp.cost.floor import (
     device_budget,
+    edge_floor_params,
     layer_floor_params,
     memory_floor,
     stage_floor_bytes,
@@ -35,6 +36,7 @@ SETTINGS = {
 }
 CASES = [
     ("moe-mtp", tiny_model((0, 1, 1, 1), mtp=1), [("h800", 4, None), ("910b", 2, None)]),
+    ("tied", replace(tiny_model((0, 1, 1)), untie_embeddings_and_output_weights=False), [("h100", 4, None)]),
     ("moe-8-experts", tiny_model((1, 1, 1), experts=8), [("h100", 8, None)]),
     ("dense", tiny_model((0, 0, 0)), [("a100", 4, None), ("h100", 2, None)]),
 ]
@@ -73,6 +75,10 @@ def test_stage_floor_is_below_every_priced_option(name, model, spec, settings_na
             least[key] = min(least.get(key, float("inf")), w / floor)
         assert o.first.weights >= sf.first * (1 - REL)
         assert o.last.weights + o.last.work >= sf.last * (1 - REL)
+        assert o.single.weights + o.single.work >= sf.single * (1 - REL)
+        edges = sum(edge_floor_params(model)) * per_param  # one stage, or a first and a last one
+        assert o.devices * o.single.weights >= edges * (1 - REL)
+        assert o.devices * (o.first.weights + o.last.weights) >= edges * (1 - REL)
         assert o.fixed >= sf.fixed * (1 - REL)
         assert o.capacity <= device_budget(cluster, st, o.device) * (1 + REL)
         seen += 1
@@ -93,6 +99,7 @@ def test_stage_floor_is_below_every_priced_option_of_catalog_kinds(name, setting
         for k, floor in sf.per_kind.items():
             assert o.per_kind[k].weights >= floor * (1 - REL), (o.cfg.label(), k)
         assert o.last.weights + o.last.work >= sf.last * (1 - REL)
+        assert o.single.weights + o.single.work >= sf.single * (1 - REL)
         assert o.fixed >= sf.fixed * (1 - REL) and sf.fixed > 0
         seen += 1
     assert seen > 10

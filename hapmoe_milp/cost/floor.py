@@ -69,11 +69,13 @@ def layer_floor_params(model: ModelSpec, kind: LayerKind) -> int:
 
 
 def edge_floor_params(model: ModelSpec) -> tuple[int, int]:
-    """(first stage's input embedding, last stage's output layer and final norm) parameters at the least
-    padding: the cost model prices ``padded_vocab(TP) x h / TP`` per rank for each (``CostModel.first_edge``,
-    ``last_edge``), which summed over a stage is at least ``vocab x h``."""
+    """(first stage's input embedding, last stage's output layer and final norm) parameters every plan
+    holds, at the least padding: the cost model prices ``padded_vocab(TP) x h / TP`` per rank for each
+    matrix (``CostModel.first_edge``, ``last_edge``), which summed over a stage is at least ``vocab x h``;
+    with tied embeddings a one-stage plan holds the matrix once (``CostModel.single_edge``), so the output
+    layer counts only its norm then."""
     vh = model.vocab_size * model.hidden_size
-    return vh, vh + model.hidden_size * model.norm_params
+    return vh, vh * model.untie_embeddings_and_output_weights + model.hidden_size * model.norm_params
 
 
 def placed_params(model: ModelSpec) -> int:
@@ -113,7 +115,8 @@ class StageFloor:
 
     per_kind: dict[LayerKind, float]  # model state of one layer of each kind
     first: float  # the input embedding's state (first stage)
-    last: float  # the output layer's state and its logits (last stage)
+    last: float  # the output layer's state and its logits (last stage of a deeper pipeline)
+    single: float  # both edges of a one-stage pipeline (tied embeddings: one matrix)
     fixed: float  # the working set every stage holds (``CostModel.fixed_memory``)
 
 
@@ -125,6 +128,9 @@ def stage_floor_bytes(model: ModelSpec, settings: Settings, g: int, node: int) -
     ``TP <= T = min(g, node)`` (TP stays inside a node; ``space.configs``), ``DP CP = g / TP`` and ``EP ETP
     EDP = g``: dense ``>= u (p_tp / T + p_rep) + s (p_tp + p_rep) / g``, experts ``>= (u + s) p_exp / g``.
     The embedding and output layer are dense with ``p_tp >= vocab x h`` (``padded_vocab`` only adds).
+
+    One stage that is the first and the last holds the embedding and the output layer as one term
+    (``CostModel.single_edge``): with tied embeddings the matrix once.
 
     Working set: every stage holds the largest kind's working set (``CostModel.fixed_memory``, recompute
     none) and the last stage its logits too (``last_edge``). Each term is a non-negative multiple of the
@@ -151,7 +157,10 @@ def stage_floor_bytes(model: ModelSpec, settings: Settings, g: int, node: int) -
         work = max(work, layer_working_bytes(model, settings, fewest, 1, k, terms, parse_recompute("none"), rows))
     vh = model.vocab_size * model.hidden_size
     logits = head_bytes(model, settings, fewest, 1)[1]
-    return StageFloor(per_kind, dense(vh, 0.0), dense(vh, model.hidden_size * model.norm_params) + logits, work)
+    norm = model.hidden_size * model.norm_params
+    first, last = dense(vh, 0.0), dense(vh, norm) + logits
+    single = first + dense(vh * model.untie_embeddings_and_output_weights, norm) + logits
+    return StageFloor(per_kind, first, last, single, work)
 
 
 def device_budget(cluster: ClusterSpec, settings: Settings, did: str) -> float:

@@ -85,8 +85,9 @@ def _reach(model: ModelSpec, settings: Settings, g: int, node: int, budget: floa
     room = prefix[:n] + cap - np.where(start == 0, emb, 0.0)
     end = np.searchsorted(prefix, room, side="right") - 1  # largest e with prefix[e] <= room
     end = np.minimum(end, n)
-    # a stage ending at n also holds the output layer
-    over = (end == n) & (prefix[n] - prefix[:n] + np.where(start == 0, emb, 0.0) + out > cap)
+    # a stage ending at n also holds the output layer; one from 0 to n both edges as one term (its
+    # floor is at least the embedding's, so the ranges ending before n above stand)
+    over = (end == n) & (prefix[n] - prefix[:n] + np.where(start == 0, sf.single, out) > cap)
     end = np.where(over, n - 1, end)
     return np.maximum(end, start)
 
