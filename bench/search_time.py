@@ -89,10 +89,12 @@ def catalog_anytime(runtime: str = "auto") -> str:
     none fits (the infeasibility message), or a failure to answer in time."""
     cat = Catalog()
     counts = {"plan": 0, "infeasible": 0, "no answer": 0}
+    floor = 0
     status: dict[str, int] = {}
     walls: list[float] = []
     cpus: list[float] = []
     misses: list[str] = []
+    names: list[str] = []
     for model in cat.model_names():
         for cluster in cat.cluster_names():
             c = cat.cluster(cluster)
@@ -101,6 +103,7 @@ def catalog_anytime(runtime: str = "auto") -> str:
             r = timed_solve(model, cluster, None, 1.0, runtime)
             walls.append(r["wall"])
             cpus.append(r["cpu"])
+            names.append(f"{model} on {cluster}")
             if "sol" in r:
                 counts["plan"] += 1
                 status[r["sol"].status] = status.get(r["sol"].status, 0) + 1
@@ -109,15 +112,18 @@ def catalog_anytime(runtime: str = "auto") -> str:
                 misses.append(f"{model} on {cluster}")
             else:
                 counts["infeasible"] += 1
+                floor += "memory floor" in r["error"]  # proved before any option was priced (search/floor.py)
             what = f"plan ({r['sol'].status})" if "sol" in r else r["error"][:80]
             print(model, cluster, what, f"{r['wall']:.2f} s wall, {r['cpu']:.2f} s CPU", flush=True)
     by_status = ", ".join(f"{n} {k}" for k, n in sorted(status.items()))
     text = (
         f"{sum(counts.values())} pairs: a plan in {counts['plan']} ({by_status}; timeout = the best plan found "
         f"when the limit hit), proven infeasible (nothing fits, even with optimizer offload) in "
-        f"{counts['infeasible']}, no answer within the limit in {counts['no answer']}"
+        f"{counts['infeasible']} ({floor} of them by the memory floor before any option was priced), no answer "
+        f"within the limit in {counts['no answer']}"
         + (f" ({', '.join(misses)})" if misses else "")
-        + f". Per call: wall median {statistics.median(walls):.2f} s, max {max(walls):.2f} s; this process's CPU "
+        + f". Per call: wall median {statistics.median(walls):.2f} s, max {max(walls):.2f} s "
+        f"({names[walls.index(max(walls))]}); this process's CPU "
         f"median {statistics.median(cpus):.2f} s, max {max(cpus):.2f} s (wall over CPU, median "
         f"{statistics.median(w / max(c, 1e-9) for w, c in zip(walls, cpus, strict=True)):.1f}: the share of a core "
         "the machine gave it)."

@@ -15,6 +15,7 @@ from hapmoe_milp.config import (
     DEFAULT_TIME_LIMIT,
     EXACT_SOLVERS,
     SOLVERS,
+    Family,
     Settings,
     check_choice,
     check_solver_options,
@@ -230,6 +231,9 @@ def solve(
     a time limit the DP's first try gets ``NO_PLAN_SHARE`` of it to find a plan or prove none fits; if it
     has neither by then, the offload retry gets the rest, and its plan comes back with status ``timeout``
     (the first try's space was not searched to the end, so a plan without offload may exist).
+    Before any option is priced, the memory floor (``search/floor.py``) rules out the tries where even model
+    state alone cannot fit: a try it rules out is not searched, and when it rules out every try ``solve``
+    raises its proof (``InfeasibleError``, constraint ``memory``, saying the floor proved it).
     ``export`` (a runtime name) restricts the search to plans that runtime runs.
     EP-communication overlap not given (no ``settings``, ``overlap_ep_comm`` None) is a searched choice for
     MoE models: the plan is searched without and with it (the latter over the megatron family's plans
@@ -246,7 +250,10 @@ def solve(
     m, c = resolve(model, cluster, catalog)
     st = make_settings(m, settings, **settings_kw)
     spaces = search_spaces(runtime, c, st, family, export, m)
-    tries = _tries(st, optimizer_offload)
+    every_try = _tries(st, optimizer_offload)
+    tries = _tries_the_floor_leaves(m, c, st, every_try, tuple(spaces), fsdp_search)
+    ruled = [_offload_words(t) for t in every_try if t not in tries]
+    floor_note = {"ruled_out_by_floor": ", ".join(ruled)} if ruled else {}
     overlap_auto = settings is None and settings_kw.get("overlap_ep_comm") is None and ep_overlap_applies(m, st)
     last: Solution | None = None
     ran_out = False  # a try or alternative the limit left no time for: "no plan" is then not a proof
@@ -278,6 +285,7 @@ def solve(
         if sol.plan is not None:
             if unproven is not None:
                 sol = _after_unproven(sol, unproven[0])
+            sol = replace(sol, stats={**sol.stats, **floor_note})
             gbs_given = settings is not None or settings_kw.get("global_batch_size") is not None
             return _finish(sol, m, c, s, warn_idle=not gbs_given)
         if sol.status == "timeout" or ran_out:
@@ -307,6 +315,43 @@ def _finish(sol: Solution, m: ModelSpec, c: ClusterSpec, s: Settings, *, warn_id
     if warn:
         log.warning("%s", warn)
     return out
+
+
+def _offload_words(s: Settings) -> str:
+    return "optimizer states offloaded" if s.optimizer_offload else "optimizer states on the device"
+
+
+def _tries_the_floor_leaves(
+    m: ModelSpec, c: ClusterSpec, st: Settings, tries: list[Settings], fams: tuple[Family, ...], fsdp_search: bool
+) -> list[Settings]:
+    """The tries the memory floor (``search/floor.py``, no option priced) cannot rule out over the
+    families ``fams``; when it rules out all of them, the proof as an InfeasibleError. A try counts as ruled
+    out only together with the Megatron-FSDP alternative searched beside it over the megatron family
+    (``_alternatives``: FSDP shards more state); EP overlap changes no state."""
+    from hapmoe_milp.search.floor import prove_no_fit
+
+    left: list[Settings] = []
+    why: str | None = None
+    for s in tries:
+        proofs = [prove_no_fit(m, c, s, fams)]
+        if fsdp_search and "megatron" in fams and s.fsdp == "none" and not s.optimizer_offload:
+            proofs.append(prove_no_fit(m, c, replace(s, fsdp="optim_grads_params"), ("megatron",)))
+        if any(p is None for p in proofs):
+            left.append(s)
+        else:
+            why = proofs[0]
+    if left:
+        return left
+    offload = tries[-1].optimizer_offload
+    hint = ""
+    if not offload and prove_no_fit(m, c, replace(st, optimizer_offload=True), fams) is None:
+        hint = " or try --optimizer-offload"
+    where = "even with the optimizer states offloaded to host memory" if offload else _offload_words(tries[-1])
+    raise InfeasibleError(
+        f"memory: no plan can fit {m.name} on {c.name} ({where}): {why}; proved before the search by the "
+        f"memory floor (cost/floor.py); use more devices{hint}",
+        constraint="memory",
+    )
 
 
 def _no_plan_error(

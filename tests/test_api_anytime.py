@@ -10,6 +10,7 @@ import pytest
 
 from hapmoe_milp import api
 from hapmoe_milp.errors import InfeasibleError
+from hapmoe_milp.search import floor
 from hapmoe_milp.specs import Catalog
 
 CAT = Catalog()
@@ -28,6 +29,12 @@ def test_offload_plan_after_an_unfinished_first_try_is_a_timeout(monkeypatch):
     assert sol.status == "timeout" and math.isnan(sol.bound_s)
     assert sol.stats["stopped_by"] == "time" and "unfinished_try" in sol.stats and "proof" not in sol.stats
     assert sol.plan.solver is not None and sol.plan.solver["status"] == "timeout"  # what the plan file records
+
+
+def _no_floor(monkeypatch):
+    """DeepSeek-V3 on 16 devices is proven infeasible by the memory floor before any search
+    (tests/test_search_floor.py); these tests are about the searched tries, so the floor has no proof."""
+    monkeypatch.setattr(floor, "prove_no_fit", lambda *a, **kw: None)
 
 
 def _spy(monkeypatch, stop_call: int | None = None):
@@ -51,6 +58,7 @@ def test_offload_proof_covers_the_unfinished_first_try(monkeypatch):
     """DeepSeek-V3 fits 16 devices neither way. With the first try (states on the device) stopped at once,
     the offload retry proves its space empty, which covers the first try (offload only removes device
     memory): the answer is the proof, the same diagnosis as the finished solve, without searching again."""
+    _no_floor(monkeypatch)
     with pytest.raises(InfeasibleError) as proven:
         api.solve("deepseek-v3", "16-1-h", time_limit=60, catalog=CAT)
     assert proven.value.constraint == "memory"
@@ -67,6 +75,7 @@ def test_unfinished_try_not_covered_is_resumed_and_only_a_finished_one_proves(mo
     """Where the retry's proof does not cover the unfinished try (here: pretend it does not), that try
     gets the rest of the limit; solve proves infeasibility only once it has finished too, and says it ran
     out of time when it has not."""
+    _no_floor(monkeypatch)
     monkeypatch.setattr(api, "NO_PLAN_SHARE", 0.0)
     monkeypatch.setattr(api, "_covers", lambda proven, other: False)
     calls = _spy(monkeypatch)

@@ -337,6 +337,25 @@ def working_bytes(terms: tuple[ActTerm, ...], spec: RecomputeSpec, dispatch_rows
     return group * full + 2 * dispatch_rows * h * BF16
 
 
+def layer_working_bytes(
+    m: ModelSpec,
+    st: Settings,
+    cfg: ParallelConfig,
+    b: int,
+    kind: LayerKind,
+    terms: tuple[ActTerm, ...],
+    spec: RecomputeSpec,
+    routed_rows: float,
+) -> float:
+    """One layer's working set (:func:`working_bytes`) with its dispatch rows (``routed_rows`` times the
+    load imbalance, MoE layers only) and, for an MTP layer, its own logits and loss (:func:`head_bytes`)."""
+    moe = m.kind_parts(kind)[1] == "moe"
+    work = working_bytes(terms, spec, routed_rows * st.imbalance if moe else 0.0, m.hidden_size)
+    if kind == "mtp":
+        work += head_bytes(m, st, cfg, b)[1]
+    return work
+
+
 def expert_row_bytes(m: ModelSpec, st: Settings, etp: int, recompute: str) -> float:
     """Bytes kept per routed row by the experts alone (for attention/expert disaggregation, where the
     experts run on other devices): the fc1 input, fc1 output and fc2 input at width ``F/ETP``; full
@@ -431,6 +450,7 @@ __all__ = [
     "fsdp_buffer_bytes",
     "head_bytes",
     "layer_state",
+    "layer_working_bytes",
     "offloaded_bytes",
     "recompute_spec",
     "stored_bytes",

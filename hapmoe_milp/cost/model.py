@@ -32,8 +32,8 @@ from hapmoe_milp.cost.memory import (
     fsdp_buffer_bytes,
     head_bytes,
     layer_state,
+    layer_working_bytes,
     stored_bytes,
-    working_bytes,
 )
 from hapmoe_milp.cost.mixers import mixer_cost
 from hapmoe_milp.cost.primitives import (
@@ -248,9 +248,7 @@ class CostModel:
         host_b = host_overhead(kern.bwd, dev, kern.syncs_bwd)
         # ---- memory: stored activations and the working set under this recompute
         act = stored_bytes(base.terms, spec, st.offload_modules)
-        work = working_bytes(base.terms, spec, c.routed_rows * st.imbalance if base.is_moe else 0.0, m.hidden_size)
-        if kind == "mtp":
-            work += head_bytes(m, st, cfg, b)[1]  # the MTP layer's own logits and loss
+        work = layer_working_bytes(m, st, cfg, b, kind, base.terms, spec, c.routed_rows)
         return LayerCost(
             fwd=base.gpu_f + host_f + base.fsdp_f,
             bwd=gpu_b + host_b + base.fsdp_b,
