@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from hapmoe_milp.config import Settings
 from hapmoe_milp.cost.model import CostModel
-from hapmoe_milp.search import backends, certificate
-from hapmoe_milp.search.exact import EXACT_PRUNING, SCALE_DEVICES, _families, _solve_exact
+from hapmoe_milp.search import backends, certificate, exact
+from hapmoe_milp.search.exact import EXACT_PRUNING, SCALE_DEVICES, _families
 from hapmoe_milp.search.solution import Progress, Solution
 from hapmoe_milp.space import Pruning
 from hapmoe_milp.specs.cluster import ClusterSpec
@@ -115,7 +115,7 @@ def solve_auto(
         return certificate.finish(model, cluster, settings, cert, "megatron", off, t0, pr, cm, runtimes)
     if cert.time_for(0.5):
         upper = cert.best.objective_s if todo != family and cert.best.plan is not None else math.inf
-        ex = _solve_exact(
+        ex = exact._solve_exact(  # looked up on the module, so a test can stand in for it
             model,
             cluster,
             settings,
