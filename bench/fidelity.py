@@ -148,7 +148,7 @@ def write_tables(runs, before, pf, rows) -> list[str]:
         doc = calibrated_document(
             base, table_dev, pf.result.params, [runs[i] for i in mine], [before[i] for i in mine],
             [pf.result.errors[i] for i in mine], scope="public", method=METHOD,
-            identification=pf.identification.to_dict(), rows=rows, version=__version__,
+            identification=pf.identification.to_dict(), rows=rows, version=__version__, stack=stack,
         )  # fmt: skip
         path = write_document(doc, ROOT / "clusters" / "devices-calibrated" / f"{did}.yaml")
         out.append(f"{path.relative_to(ROOT)}: " + micro_line(table_dev, rows))

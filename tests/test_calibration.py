@@ -439,3 +439,26 @@ def test_nemo_2502_rows_are_a_stack_of_their_own_backed_by_the_re_measurements()
         assert all(t["tokens_per_s_per_device"] > 1.05 * r["tokens_per_s_per_device"] for t in twins), r["id"]
     runs = [prepare(r, CAT) for r in load_runs(ROOT / "bench" / "calibration" / "runs.yaml")]
     assert table_stack(runs, "b200") == "nvidia-megatron-core-2025"
+
+
+def test_a_table_lists_only_the_stack_terms_it_carries():
+    """A B200 table for the current stack lists that stack's fitted dp_overlap and the kernel terms, never the
+    dp_overlap fitted to an older container's runs on the same device (its values are not in the table)."""
+    from hapmoe_milp.calibration import calibrated_document
+    from hapmoe_milp.calibration.fit import FittedTerm
+
+    def term(key, value):
+        name = key.split("@")[0]
+        return FittedTerm(key, name, ("b200",), {"b200": 1.0}, {"b200": value}, 0.0, -1.0, 1.0, "physical range")
+
+    params = [term("dp_overlap@old-stack", 0.2), term("dp_overlap@new-stack", 0.9), term("gemm_scale@b200", 0.95)]
+    base = CAT.device("b200")
+    doc = calibrated_document(base, base, params, [], [], [], scope="public", method="m", stack="new-stack")
+    cal = doc["calibration"]
+    assert [(p["term"], p["value"]) for p in cal["parameters"]] == [
+        ("dp_overlap@new-stack", 0.9),
+        ("gemm_scale@b200", 0.95),
+    ]
+    assert cal["stack"] == "new-stack"
+    every = calibrated_document(base, base, params, [], [], [], scope="public", method="m")
+    assert len(every["calibration"]["parameters"]) == 3
