@@ -112,7 +112,6 @@ def estimate(
     as_json: JsonOpt = False,
 ) -> None:
     """Predict iteration time, throughput, MFU and memory of one plan (a file, or --tp/--pp/... knobs)."""
-    from hapmoe_milp import render
     from hapmoe_milp.api import estimate_plan
     from hapmoe_milp.config import offload_choice
 
@@ -154,15 +153,7 @@ def estimate(
     if as_json:
         emit_json(d)
     else:
-        con = render.console()
-        con.print(render.stages_table(d["stages"], title=f"{m.name} on {c.name} — {p.family} family, pp={p.pp}"))
-        con.print(render.STAGES_LEGEND, style="dim")
-        con.print(render.summary_line(d))
-        con.print(render.breakdown_table(d["breakdown"]))
-        con.print(render.BREAKDOWN_LEGEND, style="dim")
-        if explain:
-            con.print(render.memory_table(d["stages"]))
-            con.print(render.MEMORY_LEGEND, style="dim")
+        _print_estimate(d, f"{m.name} on {c.name} — {p.family} family, pp={p.pp}", explain)
     worst = est.worst_memory()
     if worst is not None:
         typer.echo(
@@ -170,6 +161,21 @@ def estimate(
             f"capacity {worst['capacity_gib']:.1f} GiB (over by {worst['memory_gib'] - worst['capacity_gib']:.1f} GiB)",
             err=True,
         )
+
+
+def _print_estimate(d: dict[str, Any], title: str, explain: bool) -> None:
+    """The human view of one estimate: stages, summary, breakdown and (asked for) the itemized memory."""
+    from hapmoe_milp import render
+
+    con = render.console()
+    con.print(render.stages_table(d["stages"], title=title))
+    con.print(render.STAGES_LEGEND, style="dim")
+    con.print(render.summary_line(d))
+    con.print(render.breakdown_table(d["breakdown"]))
+    con.print(render.BREAKDOWN_LEGEND, style="dim")
+    if explain:
+        con.print(render.memory_table(d["stages"]))
+        con.print(render.MEMORY_LEGEND, style="dim")
 
 
 def _plan_file_under(plan: Path, model: str | None, cluster: str | None, overrides: dict[str, Any]) -> Any:
