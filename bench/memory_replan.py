@@ -41,7 +41,7 @@ def dump(path: Path) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def compare(old_p: Path, new_p: Path, write: bool) -> str:
+def compare(old_p: Path, new_p: Path, write: bool, note: str = "") -> str:
     old = {(r["model"], r["cluster"]): r for r in map(json.loads, old_p.read_text().splitlines())}
     new = {(r["model"], r["cluster"]): r for r in map(json.loads, new_p.read_text().splitlines())}
     keys = [k for k in old if k in new]
@@ -69,6 +69,7 @@ def compare(old_p: Path, new_p: Path, write: bool) -> str:
         f"in {ch['offload']}, pipeline depth or VPP in {ch['depth']}).",
         f"- Predicted iteration time moved by median {statistics.median(moves):+.1%}, mean "
         f"{statistics.mean(moves):+.1%}, from {min(moves):+.1%} to {max(moves):+.1%}.",
+        *([f"- {note}"] if note else []),
         "",
         table(["model", "cluster", "iteration s old → new", "move", "recompute", "offload", "PP/VPP"], out),
     ]
@@ -83,12 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dump", type=Path)
     ap.add_argument("--compare", type=Path, nargs=2)
     ap.add_argument("--no-results", action="store_true")
+    ap.add_argument("--note", default="", help="what the two dumps are (versions, tables), a line of the section")
     a = ap.parse_args(argv)
     quiet_logging()
     if a.dump:
         dump(a.dump)
     if a.compare:
-        print(compare(*a.compare, write=not a.no_results))
+        print(compare(*a.compare, write=not a.no_results, note=a.note))
     return 0
 
 

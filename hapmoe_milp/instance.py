@@ -66,6 +66,17 @@ class Option:
         return self.cost_model.last_edge(self.device, self.cfg, self.b)
 
     @cached_property
+    def single(self) -> LayerCost:
+        """Both edges of a one-stage pipeline, as one term (tied embeddings counted once)."""
+        return self.cost_model.single_edge(self.device, self.cfg, self.b)
+
+    def edge(self, first: bool, last: bool) -> LayerCost | None:
+        """The edge term of a stage that is the first and/or the last (none for a middle stage)."""
+        if first and last:
+            return self.single
+        return self.first if first else (self.last if last else None)
+
+    @cached_property
     def fixed(self) -> float:
         return self.cost_model.fixed_memory(self.device, self.cfg, self.b)
 
@@ -217,16 +228,16 @@ class Instance:
         ag = opt.seg("ag", s, e)
         op = opt.seg("opt", s, e)
         fixed = opt.fixed
-        for edge, on in ((opt.first, first), (opt.last, last)):
-            if on:
-                fwd += edge.fwd
-                bwd += edge.bwd
-                w += edge.weights
-                a += edge.act
-                rs += edge.rs
-                ag += edge.ag
-                op += edge.opt
-                fixed += edge.work
+        edge = opt.edge(first, last)
+        if edge is not None:
+            fwd += edge.fwd
+            bwd += edge.bwd
+            w += edge.weights
+            a += edge.act
+            rs += edge.rs
+            ag += edge.ag
+            op += edge.opt
+            fixed += edge.work
         infl = self.in_flight(from_end, pp)
         y = self.cost_model.exposed_sync(opt.device, rs, ag, fwd, bwd, op)
         return StageEval(fwd, bwd, p2p, fwd + bwd + 2 * p2p, w + infl * a + fixed, y)
@@ -277,7 +288,7 @@ def _dominated(a: Option, b: Option, kinds: list[LayerKind]) -> bool:
         for attr in ATTRS:
             if getattr(ca, attr) < getattr(cb, attr):
                 return False
-    for ea, eb in ((a.first, b.first), (a.last, b.last)):
+    for ea, eb in ((a.first, b.first), (a.last, b.last), (a.single, b.single)):
         for attr in (*ATTRS, "work"):
             if getattr(ea, attr) < getattr(eb, attr):
                 return False
@@ -293,7 +304,7 @@ def _dominated_in(grp: list[Option], kinds: list[LayerKind]) -> np.ndarray:
     vec = np.array(
         [
             [getattr(o.per_kind[k], a) for k in kinds for a in ATTRS]
-            + [getattr(e, a) for e in (o.first, o.last) for a in (*ATTRS, "work")]
+            + [getattr(e, a) for e in (o.first, o.last, o.single) for a in (*ATTRS, "work")]
             + [o.fixed]
             for o in grp
         ]

@@ -34,6 +34,7 @@ from hapmoe_milp.calibration.fidelity import pairs, with_devices
 from hapmoe_milp.calibration.microbench import term_interval, violations
 from hapmoe_milp.calibration.runs import MeasuredRun
 from hapmoe_milp.calibration.terms import Term
+from hapmoe_milp.cost.estimate import estimate
 from hapmoe_milp.errors import HapmoeError, SpecError
 from hapmoe_milp.specs import Catalog
 from hapmoe_milp.specs._fields import load_document
@@ -85,6 +86,7 @@ def test_yaml_and_csv_runs_load_the_same(tmp_path):
         ({"step_time_s": -1.0}, "step_time_s", "positive"),
         ({"color": "red"}, "color", "unknown field"),
         ({"precision": "fp4"}, "precision", "bf16, fp8"),
+        ({"untie_embeddings_and_output_weights": "sometimes"}, "untie_embeddings_and_output_weights", "true or false"),
     ],
 )
 def test_bad_runs_name_the_file_and_field(tmp_path, change, field, msg):
@@ -114,6 +116,29 @@ def _fields() -> dict:
         layout=None, recompute="none", seq_length=4096, global_batch_size=256, micro_batch_size=1,
         precision="bf16", dispatcher=None, measure="step_time_s", value=1.0,
     )  # fmt: skip
+
+
+def test_a_run_sets_the_model_flags_its_launch_left_at_megatrons_defaults(tmp_path):
+    """FlagPerf's LLaMA-3-8B script passes no --untie-embeddings-and-output-weights (tied in Megatron) and no
+    --disable-bias-linear: the run says so and is priced on that model, in YAML and CSV alike. At PP = 1 the
+    tied model holds one vocabulary matrix fewer: (6 + 12/DP) bytes x V x h / TP less state."""
+    row = {**BASE_RUN, "id": "tied", "model": "llama-3-8b", "cluster": "8xa800", "tp": 8, "ep": 1, "etp": 1,
+           "untie_embeddings_and_output_weights": False, "add_bias_linear": True}  # fmt: skip
+    (run,) = load_runs(write_runs(tmp_path, [row]))
+    assert run.model_fields == {"untie_embeddings_and_output_weights": False, "add_bias_linear": True}
+    csv = tmp_path / "runs.csv"
+    csv.write_text(
+        ",".join(row) + "\n" + ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in row.values()) + "\n"
+    )
+    assert replace(load_runs(csv)[0], origin="") == replace(run, origin="")
+    tied = prepare(run, CAT)
+    assert not tied.model.untie_embeddings_and_output_weights and tied.model.add_bias_linear
+    untied = prepare(replace(run, model_fields={"add_bias_linear": True}), CAT)
+    m = untied.model
+    assert m.untie_embeddings_and_output_weights
+    gap = estimate(m, untied.cluster, untied.plan, untied.settings).totals[0].weights
+    gap -= estimate(tied.model, tied.cluster, tied.plan, tied.settings).totals[0].weights
+    assert gap == pytest.approx((6 + 12 / 1) * m.padded_vocab(8) * m.hidden_size / 8, rel=1e-9)
 
 
 def test_a_run_whose_layout_cannot_run_says_which_run(tmp_path):

@@ -124,6 +124,26 @@ def test_moe_weights_shard_experts_over_ep_etp_and_their_optimizer_over_edp():
     assert only.weights == pytest.approx(expected + first_edge + head, rel=1e-12)
 
 
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize(("tp", "dp"), [(1, 8), (2, 4)])
+def test_one_stage_holds_the_vocabulary_matrix_once_when_tied(tied, tp, dp):
+    """PP = 1: parameters counted by hand -- 8 layers of 4h^2 (MHA) + 2hF (non-gated) over TP and two RMSNorms
+    of h, the final norm, and the vocabulary matrix V x h over TP once when tied (the head reads the input
+    embedding's weight), twice when untied -- at 6 + 12/DP bytes each (distributed optimizer). The search's
+    coefficient is the same number (the instance's option reads :meth:`CostModel.single_edge`)."""
+    m = dense_mha(untie_embeddings_and_output_weights=not tied)
+    cm = cm_for(m)
+    c = ParallelConfig(tp=tp, dp=dp)
+    vp = padded_vocab(V, tp)
+    params = L * ((4 * H * H + 2 * H * F) / tp + 2 * H) + H + (1 if tied else 2) * vp * H / tp
+    only = totals(cm, c, {"dense": L}, index=0, pp=1, m=8)
+    assert only.weights == pytest.approx((6 + 12 / dp) * params, rel=1e-12)
+    single = cm.single_edge("syn", c, 1)
+    assert single.params_dense == (1 if tied else 2) * vp * H / tp + H
+    # a deeper pipeline keeps a copy on its last stage either way (tied: Megatron's word_embeddings_for_head)
+    assert cm.last_edge("syn", c, 1).params_dense == vp * H / tp + H
+
+
 def test_distributed_optimizer_shards_over_dp_times_cp():
     m = dense_mha()
     cm = cm_for(m)

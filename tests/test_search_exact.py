@@ -28,7 +28,7 @@ from hapmoe_milp.plan import check_plan
 from hapmoe_milp.search import backends, cpsat, exact, milp
 from hapmoe_milp.search.depth_model import DepthModel
 from hapmoe_milp.search.dp import solve_dp
-from hapmoe_milp.search.formulation import SubProblem, assignment_of, evaluate_assignment
+from hapmoe_milp.search.formulation import SubProblem, assignment_of, evaluate_assignment, subproblems
 from hapmoe_milp.space import Pruning
 from tests.helpers import lead_block, tiny_cluster, tiny_model
 from tests.oracles.brute_force import depth_optima
@@ -122,6 +122,29 @@ def test_exact_solvers_match_unpruned_dp_random(catalog, pattern, sizes, mem, ty
     model = tiny_model(tuple(pattern), mtp=mtp)
     cluster = tiny_cluster(catalog, spec)
     _assert_agree(model, cluster, _settings(gbs), family)
+
+
+TIED_CASES = [
+    # (layer pattern, cluster, depth of the optimum): tied input/output embeddings
+    ((1, 0, 1), [("h800", 1, None)], 1),
+    ((1, 0, 1), [("h800", 2, None), ("910b", 1, None)], 1),
+    ((1, 1, 1), [("a100", 2, 2.4), ("v100", 1, None)], 2),
+]
+
+
+@pytest.mark.parametrize(("pattern", "spec", "depth"), TIED_CASES)
+def test_exact_solvers_and_brute_force_agree_with_tied_embeddings(catalog, pattern, spec, depth):
+    """Tied embeddings are one matrix on a one-stage pipeline and a copy on the last stage of a deeper one
+    (cost/model.py ``single_edge``): CP-SAT, the MILP, the unpruned DP, brute force over every plan and
+    ``estimate`` price both the same way."""
+    model = replace(tiny_model(pattern), untie_embeddings_and_output_weights=False)
+    cluster = tiny_cluster(catalog, spec)
+    st_ = _settings()
+    ref = _assert_agree(model, cluster, st_, "both")
+    assert ref.plan.pp == depth
+    subs = [sp for fam in ("megatron", "hetero") for sp in _subproblems(model, cluster, st_, fam, max_vpp=OFF.max_vpp)]
+    best = min(v for sp in subs for v, _ in depth_optima(sp).values())
+    assert ref.objective_s == pytest.approx(best, rel=1e-9)
 
 
 # interleaved (VPP) instances: a leading dense block (it must fit the first rank's first chunk), MTP
@@ -383,6 +406,28 @@ def _check_depth_models(sp: SubProblem, optima: dict, best: float, factor: float
                 assert dm.values(dm.hint_arcs(a))["objective"] <= opt * (1 + 1e-9)
             elif dm.closed:
                 assert opt >= cutoff * (1 - 1e-9)
+
+
+@pytest.mark.parametrize(("lead", "mtp", "mem"), [(1, 1, 2.6), (2, 1, None), (1, 2, 4.0)])
+def test_quick_root_bounds_of_interleaved_copies(catalog, lead, mtp, mem):
+    """An interleaved copy built from its plain sub-problem (``subproblems`` with a shared dict) starts from
+    ``quick_bound``: never above its root bound, which equals that of a sub-problem built afresh, and both
+    below every brute-force depth optimum (dense prefix + MTP + VPP)."""
+    model = tiny_model((0,) * lead + (1,) * 4, mtp=mtp)
+    cluster = tiny_cluster(catalog, [("h800", 2, mem), ("a100", 2, None)])
+    st_ = replace(_settings(8), seq_length=4096)  # activations large enough for in-flight to matter
+    shared: dict = {}
+    copies = 0
+    for inst in build_instances(model, cluster, st_, "megatron", OFF, max_vpp=3):
+        for sp in subproblems(inst, [[k] for k in group_keys(inst)], shared):
+            quick = sp.quick_bound
+            copies += not sp.root_exact
+            assert quick <= sp.root_bound * (1 + 1e-12)
+            assert sp.root_bound == SubProblem(inst, sp.keys).root_bound
+            optima = depth_optima(sp)
+            if optima:
+                assert sp.root_bound <= min(v for v, _ in optima.values()) * (1 + 1e-9)
+    assert copies  # some copies did start from the quick bound
 
 
 @settings(
@@ -867,3 +912,12 @@ def test_one_model_per_instance_with_group_booleans(catalog, solver):
     assert sol.stats["subproblems"] <= n_inst
     assert sol.objective_s == pytest.approx(ref.objective_s, rel=1e-5)
     _check_plan_objective(sol, model, cluster, st_)
+
+
+@pytest.mark.parametrize("budget", [1, 3])
+def test_cold_start_budget_changes_only_the_order(catalog, monkeypatch, budget):
+    """A cold start that stops building cutoff-free depth models after ``budget`` of them (and solves the
+    best-bound one for a first plan) still proves the unpruned DP's optimum (dense prefix + MTP + VPP)."""
+    monkeypatch.setattr(exact, "COLD_MODELS", budget)
+    pattern, mtp, spec, gbs, family = VPP_CASES[7]
+    _assert_agree(tiny_model(pattern, mtp=mtp), tiny_cluster(catalog, spec), _settings(gbs), family)

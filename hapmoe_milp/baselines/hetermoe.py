@@ -379,8 +379,7 @@ def _zebra_best_offload(
     b = st.micro_batch_size
     dev_a, dev_e = cm.device(att), cm.device(exp)
     cfg_a = ParallelConfig(tp=tp, dp=dp_a * G)
-    first = cm.first_edge(att, cfg_a, b)
-    last = cm.last_edge(att, cfg_a, b)
+    edges = cm.single_edge(att, cfg_a, b)  # the attention side is one stage: embedding and head (tied: once)
     dense_local = L_moe * (p_moe["tp"] / tp + p_moe["replicated"]) + L_dense * (
         p_dense["tp"] / tp + p_dense["replicated"]
     )
@@ -406,12 +405,12 @@ def _zebra_best_offload(
         a0=cm.state_and_sync(dev_a, att, cfg_ax, dense_local, 0.0),
         a1=cm.state_and_sync(dev_a, att, cfg_ax, 0.0, all_x / ep_x),
         e1=cm.state_and_sync(dev_e, exp, cfg_e, 0.0, all_x / (ep * etp)),
-        edge=(first.weights + last.weights, first.rs + last.rs, first.ag + last.ag, first.opt + last.opt),
-        edge_f=R * (first.fwd + last.fwd),
-        edge_b=R * (first.bwd + last.bwd),
+        edge=(edges.weights, edges.rs, edges.ag, edges.opt),
+        edge_f=R * edges.fwd,
+        edge_b=R * edges.bwd,
         # transient working set: the attention layer's (the cost model's, all experts local) plus the
         # logits of the head; context and fragmentation are in the capacity (cost/memory.py budget)
-        fixed_a=cm.fixed_memory(att, ParallelConfig(tp=tp, dp=1), b) + last.work,
+        fixed_a=cm.fixed_memory(att, ParallelConfig(tp=tp, dp=1), b) + edges.work,
         cap_a=cap_a,
         cap_e=cap_e,
         gib=gib,

@@ -57,6 +57,8 @@ def prepare(run: MeasuredRun, catalog: Catalog) -> PreparedRun:
     where = f"{run.origin}: run {run.id}" if run.origin else f"run {run.id}"
     try:
         m = catalog.model(run.model)
+        if run.model_fields:  # the run's own model flags (e.g. tied embeddings its script left at the default)
+            m = replace(m, **run.model_fields)
         c = catalog.cluster(run.cluster)
         st = make_settings(m, None, **run.settings_kw())
         plan = plan_from_knobs(

@@ -48,6 +48,9 @@ SETTING_BOOLS = (
     "dropout",
     "legacy_model",
 )
+#: Model fields (Megatron names) a run may set where its launch differs from the catalog model: the flags a
+#: script leaves at Megatron's defaults (FlagPerf's LLaMA-3 launches tie the embeddings and keep linear biases)
+MODEL_BOOLS = ("untie_embeddings_and_output_weights", "add_bias_linear")
 # memory-related settings a run may state (checked by config.Settings like every other setting)
 SETTING_STRS = ("optimizer_state_dtype", "main_params_dtype", "fsdp", "offload_modules")
 #: What a measured peak is: live tensors (torch max_memory_allocated), the caching allocator's reserved peak,
@@ -71,6 +74,7 @@ COLUMNS = (
     "cuda_graph_scope",
     *SETTING_BOOLS,
     *SETTING_STRS,
+    *MODEL_BOOLS,
     *MEASURES,
     "peak_memory_gib",
     "peak_memory_kind",
@@ -107,6 +111,7 @@ class MeasuredRun:
     fp8_recipe: str | None = None
     peak_memory_kind: str = "allocated"
     cuda_graph_scope: str | None = None
+    model_fields: dict[str, bool] = field(default_factory=dict)  # MODEL_BOOLS the run sets (catalog model else)
 
     @property
     def has_time(self) -> bool:
@@ -164,6 +169,7 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
             v = f.raw(k)
             flags[k] = tuple(v) if isinstance(v, list) else v
     dispatcher = f.choice("dispatcher", DISPATCHERS) if f.has("dispatcher") else None
+    model_fields = {k: f.bool_(k) for k in MODEL_BOOLS if f.has(k)}
     graphs = None
     if f.has("cuda_graph_scope"):
         try:
@@ -198,6 +204,7 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
         stack=f.str_("stack", DEFAULT_STACK),
         fp8_recipe=f.choice("fp8_recipe", FP8_RECIPES) if f.has("fp8_recipe") else None,
         cuda_graph_scope=graphs,
+        model_fields=model_fields,
     )
     f.reject_unknown()
     return run
@@ -233,7 +240,7 @@ def _csv_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _csv_value(key: str, v: str) -> Any:
-    if key in SETTING_BOOLS:
+    if key in (*SETTING_BOOLS, *MODEL_BOOLS):
         low = v.lower()
         if low in ("true", "yes", "1"):
             return True

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -145,7 +145,7 @@ def rails_per_node(n: int, span: int, node_size: int) -> int:
 
 #: Memo tags of the priced things whose state terms (weights, optimizer) depend on optimizer offload:
 #: layers, the first stage's embedding and the last stage's head (:meth:`CostModel.for_settings`).
-_STATE_TAGS = ("L", "E", "H")
+_STATE_TAGS = ("L", "E", "H", "Hs")
 
 
 class CostModel:
@@ -563,16 +563,33 @@ class CostModel:
         )
 
     def last_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
-        """Final norm, output projection and loss on the last stage (plus a tied embedding copy)."""
-        return self._cached("H", self._last_edge, did, cfg, b)
+        """Final norm, output projection and loss on the last stage of a deeper pipeline (tied embeddings:
+        plus its own copy of the matrix, Megatron's ``word_embeddings_for_head``)."""
+        return self._cached("H", self._last_edge, did, cfg, b, False)
 
-    def _last_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
+    def single_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
+        """Both edges of a one-stage pipeline (PP = 1) as one term, which every solver and ``estimate`` take:
+        tied embeddings are one matrix there (Megatron's head reads the input embedding's weight, and
+        ``theoretical_memory_usage`` adds an output matrix at PP = 1 only when untied)."""
+        return self._cached("S", self._single_edge, did, cfg, b)
+
+    def _single_edge(self, did: str, cfg: ParallelConfig, b: int) -> LayerCost:
+        first = self.first_edge(did, cfg, b)
+        head = self._cached("Hs", self._last_edge, did, cfg, b, True)
+        sums = [f.name for f in fields(LayerCost) if f.name not in ("parts", "state")]
+        num = {k: getattr(first, k) + getattr(head, k) for k in sums}
+        parts = {k: first.parts.get(k, 0.0) + head.parts.get(k, 0.0) for k in {*first.parts, *head.parts}}
+        return LayerCost(**num, parts=parts, state=first.state + head.state)
+
+    def _last_edge(self, did: str, cfg: ParallelConfig, b: int, beside_embedding: bool) -> LayerCost:
         m, dev = self.model, self.device(did)
         t = b * self.settings.seq_length / cfg.cp
         head_f, head_b = self._head(dev, t, cfg.tp, self.settings.precision)
         head_f, head_b = head_f / dev.runtime.stack_compute_scale, head_b / dev.runtime.stack_compute_scale
         tp_c = self.collective(dev, did, "all_gather", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
-        dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp + m.hidden_size * m.norm_params
+        # the output matrix, unless it is the input embedding's own (tied, on the embedding's stage)
+        holds_matrix = m.untie_embeddings_and_output_weights or not beside_embedding
+        dense_local = holds_matrix * m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp + m.hidden_size * m.norm_params
         head_act, logits = head_bytes(m, self.settings, cfg, b)
         return self._edge_cost(
             dev,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from hapmoe_milp.config import ParallelConfig, Recompute, parse_recompute
 from hapmoe_milp.cost.memory import StateBytes
-from hapmoe_milp.cost.model import CostModel
+from hapmoe_milp.cost.model import CostModel, LayerCost
 from hapmoe_milp.cost.pipeline import in_flight
 from hapmoe_milp.specs.model import LayerKind
 
@@ -51,6 +51,16 @@ class StageTotals:
         return self.fwd + self.bwd + 2 * self.p2p_out
 
 
+def stage_edge(cm: CostModel, did: str, cfg: ParallelConfig, b: int, *, first: bool, last: bool) -> LayerCost | None:
+    """The edge term of a stage: the embedding (first), the head (last), both as one term at PP = 1 (tied
+    embeddings are one matrix there: :meth:`CostModel.single_edge`), or none (a middle stage)."""
+    if first and last:
+        return cm.single_edge(did, cfg, b)
+    if first:
+        return cm.first_edge(did, cfg, b)
+    return cm.last_edge(did, cfg, b) if last else None
+
+
 def kind_counts(kinds: tuple[LayerKind, ...], start: int, end: int) -> Counter[LayerKind]:
     return Counter(kinds[start:end])
 
@@ -81,10 +91,9 @@ def stage_totals(
         parts = [(c, n) for c, n in parts if n]
     else:
         parts = [(cm.layer(did, cfg, b, k, recompute), n) for k, n in counts.items() if n]
-    if index == 0:
-        parts.append((cm.first_edge(did, cfg, b), 1))
-    if index == pp - 1:
-        parts.append((cm.last_edge(did, cfg, b), 1))
+    edge = stage_edge(cm, did, cfg, b, first=index == 0, last=index == pp - 1)
+    if edge is not None:
+        parts.append((edge, 1))
     infl = in_flight(index, pp, num_microbatches, vpp)
 
     def total(attr: str) -> float:
@@ -93,8 +102,7 @@ def stage_totals(
     weights = total("weights")
     fwd, bwd, rs, ag, opt = total("fwd"), total("bwd"), total("rs"), total("ag"), total("opt")
     acts = infl * total("act")
-    edge_work = cm.last_edge(did, cfg, b).work if index == pp - 1 else 0.0
-    fixed = cm.fixed_memory(did, cfg, b) + edge_work
+    fixed = cm.fixed_memory(did, cfg, b) + (edge.work if edge is not None else 0.0)
     allocated = weights + acts + fixed
     state = StateBytes()
     for c, n in parts:

@@ -468,7 +468,7 @@ def price_stages(sub: SubProblem, s: np.ndarray, e: np.ndarray, fam: str, K: int
     valid and fits memory somewhere among positions ``1..K`` from the end, as flat arrays: option, device
     type index, size, range, layers, ``eff`` (time plus twice the cheapest p2p; the last stage sends nothing),
     sync and ``kmax`` (the deepest position that fits: plain in-flight counts only grow towards the front)."""
-    sides = {"mid": (), "first": ("first",), "last": ("last",), "both": ("first", "last")}[fam]
+    sides = {"mid": (), "first": ("first",), "last": ("last",), "both": ("single",)}[fam]
     v = sub.range_values(s, e, sides)
     valid = np.isfinite(v["time"])
     if sub.layer_band:

@@ -319,13 +319,12 @@ def _candidates(
     kc = batch.kind_count
     vals = np.einsum("kn,nka->na", (kc[:, c_e] - kc[:, c_s]).astype(float), batch.coef[c_row])
     first_on = c_s == 0
-    fr = batch.first[c_row]
-    vals += fr[:, :WORK] * first_on[:, None]
-    extra = batch.fixed[c_row] + fr[:, WORK] * first_on
-    if k == 1:
-        lr = batch.last[c_row]
-        vals += lr[:, :WORK]
-        extra = extra + lr[:, WORK]
+    if k == 1:  # the last stage: its head, or both edges as one term when it is also the first
+        edge = np.where(first_on[:, None], batch.single[c_row], batch.last[c_row])
+    else:
+        edge = batch.first[c_row] * first_on[:, None]
+    vals += edge[:, :WORK]
+    extra = batch.fixed[c_row] + edge[:, WORK]
     fwd, bwd = vals[:, F], vals[:, B]
     mem = vals[:, W] + batch.infl[c_g, k] * vals[:, A] + extra
     # exposed DP sync + optimizer step: the cost model's rule, one call per device type

@@ -87,7 +87,7 @@ class RowCache:
         for kind in self.kinds:
             c = o.per_kind[kind]  # type: ignore[index]
             vals += (c.fwd, c.bwd, c.weights, c.act, c.rs, c.ag, c.opt)
-        for e in (o.first, o.last):
+        for e in (o.first, o.last, o.single):
             vals += (e.fwd, e.bwd, e.weights, e.act, e.rs, e.ag, e.opt, e.work)
         sid = self.shapes.setdefault((o.device, o.cfg, o.b), len(self.shapes))
         vals += (o.fixed, o.capacity, self.tidx[o.device], o.devices, o.cfg.dp, LEVEL[o.recompute], sid)
@@ -113,6 +113,7 @@ class Batch:
     coef: np.ndarray
     first: np.ndarray
     last: np.ndarray
+    single: np.ndarray  # the edge of a stage that is first and last (CostModel.single_edge)
     fixed: np.ndarray
     cap: np.ndarray
     typ: np.ndarray
@@ -413,7 +414,7 @@ def _rows(
         rows.append(cache.row(o))
     mat = np.stack(rows)
     c0 = K * N_ATTR
-    rest = mat[:, c0 + 2 * (N_ATTR + 1) :]
+    rest = mat[:, c0 + 3 * (N_ATTR + 1) :]
     typ, g, dp, level, shape0, lo, hi = (rest[:, i].astype(np.int64) for i in range(2, 9))
     row_grp = np.repeat(np.arange(len(subs)), grp_sizes)
     # shape ids must be unique across groups: offset them
@@ -436,6 +437,7 @@ def _rows(
         "coef": mat[:, :c0].reshape(len(row_opt), K, N_ATTR),
         "first": mat[:, c0 : c0 + N_ATTR + 1],
         "last": mat[:, c0 + N_ATTR + 1 : c0 + 2 * (N_ATTR + 1)],
+        "single": mat[:, c0 + 2 * (N_ATTR + 1) : c0 + 3 * (N_ATTR + 1)],  # first and last at once (PP = 1)
         "fixed": rest[:, 0],
         "cap": rest[:, 1],
         "typ": typ,

@@ -20,7 +20,8 @@ times and memory, and it is what lets the covering (suffix) bounds see the integ
 counts.
 
 Best-first search with a shared incumbent. Every node (a sub-problem, then a depth) carries a valid
-lower bound: a sub-problem starts with the DP's root bound; a depth model's bound comes from its
+lower bound: a sub-problem starts with the DP's root bound (an interleaved copy with its quick bound,
+``SubProblem.quick_bound``, raised to the root bound when it comes first); a depth model's bound comes from its
 reductions (covering bound on ``tau_max`` and the other lower-bound cuts); a backend run raises it.
 The node with the smallest bound goes next; a node whose bound reaches the incumbent is closed
 without a model; a depth model is built under the incumbent as its cutoff, so the reductions shrink it
@@ -88,6 +89,10 @@ FIRST_SLICE = 0.25
 #: ... and while there is no incumbent at all (a cold start), so that a first plan comes quickly.
 COLD_SLICE = 0.03
 MIN_SLICE_S = 0.5
+#: With no incumbent, depth models are built without a cutoff (no reductions but their bounds) only to
+#: order the search; after this many the one popped is solved for a first plan, the rest then built
+#: under its cutoff. The order of the search only, never what is proved.
+COLD_MODELS = 100
 PROGRESS_EVERY_S = 0.2
 #: Share of the time left that the range bounds of one sub-problem may take (:mod:`range_bounds`).
 RANGE_SHARE = 0.25
@@ -151,6 +156,8 @@ class _Search:
         self.unmodelled: list[_Node] = []
         self.relaxed: list[_Node] = []  # relaxed depth models solved to optimality: bounds, not closed
         self.max_arcs = 0
+        self.cold_models = 0  # depth models built with no incumbent (no cutoff) ...
+        self.cold_best: _Node | None = None  # ... and the one of them with the smallest bound
         self.tolerance_s = 0.0
         self.resolution_s = 0.0
         self.bound_by_solver = False
@@ -217,6 +224,11 @@ class _Search:
                 if node.P is None or node.model is None:
                     self.counts["closed_by_root_bound"] += 1
                 continue
+            if node.P is None and not node.sub.root_exact:
+                # it started from its quick bound (interleaved copies): the full root bound first
+                node.bound = max(node.bound, node.sub.root_bound)
+                self.push(node)
+                continue
             if node.P is None:  # split the sub-problem by depth
                 self.split(node)
                 continue
@@ -234,11 +246,35 @@ class _Search:
                     self.emit()
                     continue
                 node.bound = max(node.bound, dm.bound)
-                if self.heap and self.heap[0][0] < node.bound:
+                if not math.isfinite(dm.cutoff):
+                    pick = self.cold_pick(node)
+                    if pick is None:
+                        continue
+                    node = pick
+                elif self.heap and self.heap[0][0] < node.bound:
                     self.push(node)  # another node is more promising now
                     continue
             self.solve_node(node, solve_kw)
             self.emit()
+
+    def cold_pick(self, node: _Node) -> _Node | None:
+        """With no incumbent: the node to solve now for a first plan, or None (``node`` pushed back). Until
+        :data:`COLD_MODELS` depth models are built without a cutoff, the search keeps to bound order
+        (``node`` waits if another node is more promising); then the unsolved one of them with the
+        smallest bound is solved (``node`` waits if that is another). Only the order changes, never what
+        is proved: every node stays in the heap until it is closed."""
+        self.cold_models += 1
+        best = self.cold_best
+        if best is None or best.closed or best.last is not None or node.bound < best.bound:
+            best = self.cold_best = node
+        if self.cold_models < COLD_MODELS:
+            if self.heap and self.heap[0][0] < node.bound:
+                self.push(node)
+                return None
+            return node
+        if best is not node:
+            self.push(node)
+        return best
 
     def split(self, node: _Node) -> None:
         """Replace a sub-problem node by one node per depth; at scale each depth starts from its block
@@ -476,7 +512,7 @@ def _push_roots(search: _Search, subs: list[SubProblem], hint_plan: Plan | None)
     warm = False
     roots = []
     for sp in subs:
-        node = _Node(sp, None, sp.root_bound)
+        node = _Node(sp, None, sp.quick_bound)
         if hint_plan is not None and not warm:
             a = assignment_of(sp, hint_plan)
             if a is not None:

@@ -60,6 +60,13 @@ The sub-problem's own bound (its depths' reductions and cuts are argued in
   Memory there uses the fewest micro-batches in flight over every slot of every allowed depth (for VPP
   the smallest depth's last slot, ``in_flight`` grows with both), and the per-slot layer minima are
   ignored: both only enlarge what a stage may hold.
+- *Quick root bound* (interleaved copies of a sub-problem, :meth:`SubProblem.for_schedule`): the root
+  bound's two floors (on ``sum tau`` and ``tau_max``) read only the options' per-layer costs, sizes and
+  capacities, which the copies share, and the fewest micro-batches in flight ``i``; they do not decrease
+  as ``i`` grows (fewer options hold a layer and each holds fewer layers, so every minimum is over a
+  subset and every knapsack smaller). So the floors of a schedule already priced at ``i0 <= i`` (the
+  plain one, ``i0 = 1``), combined with this schedule's ``alpha, beta >= 0``, are a valid bound; the
+  search raises it to the full root bound only for a node that comes first (most never do).
 
 Mixed kinds at scale (e.g. DeepSeek-V3's 62 layers on hundreds of options): when ranges are too many to
 enumerate, arcs are indexed by count and a middle stage is priced at the cheapest window of that many
@@ -87,6 +94,7 @@ import numpy as np
 from hapmoe_milp.deadline import NO_DEADLINE, Deadline
 from hapmoe_milp.instance import Instance, Option, groups, in_group, vpp_lead
 from hapmoe_milp.plan import Plan, Stage
+from hapmoe_milp.search.root_bound import root_floors
 from hapmoe_milp.space import stage_rule_problems
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "timeout"]
@@ -216,7 +224,7 @@ class SubProblem:
             for attr in ("fwd", "bwd", "weights", "act", "rs", "ag", "opt")
         }
         self._edges: dict[str, np.ndarray] = {}
-        for side in ("first", "last"):
+        for side in ("first", "last", "single"):
             for attr in ("fwd", "bwd", "weights", "act", "rs", "ag", "opt", "work"):
                 self._edges[f"{side}.{attr}"] = np.asarray(
                     [getattr(getattr(o, side), attr) for o in options], dtype=np.float64
@@ -224,6 +232,9 @@ class SubProblem:
         self._fixed = np.asarray([o.fixed for o in options], dtype=np.float64)
         self._ranges: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._static: dict[str, dict[str, np.ndarray]] = {}  # shared by every schedule's copy
+        #: the root bound's schedule-free parts per in-flight count (shared by every schedule's copy)
+        self._root_parts: dict[float, tuple[float, float]] = {}
+        self._buckets: list[list[np.ndarray]] = []  # :meth:`_dominance_buckets`, set once in place (shared)
         #: mixed layer kinds with too many (option, layer range) pairs to enumerate: arcs are indexed by
         #: layer count and a middle stage is priced at its cheapest window (a relaxation: bounds only)
         self.relaxed = not self.uniform and self.O * (self.N - 1) * (self.N - 2) // 2 > _ARC_CAP
@@ -259,7 +270,47 @@ class SubProblem:
         #: the pipeline depths of this sub-problem's plans (VPP: only Megatron's, within the stage caps)
         self.depths: tuple[int, ...] = tuple(P for P in depths if self.min_total(P) <= self.N)
         self._arcs: dict[tuple[int, bool, int], ArcSet] = {}
-        self.root_bound = self._root_bound()
+        self._root: float | None = None
+        self.quick_bound = self._quick_bound()
+
+    @property
+    def root_bound(self) -> float:
+        """The sub-problem's root bound (:meth:`_root_bound`), computed on first use: most of a Table 1
+        space's sub-problems are closed by :attr:`quick_bound` alone and never need it."""
+        if self._root is None:
+            self._root = max(self._root_bound(), self.quick_bound)
+        return self._root
+
+    @property
+    def root_exact(self) -> bool:
+        """Has :attr:`root_bound` been computed (so :attr:`quick_bound` is no longer the best known)?"""
+        return self._root is not None
+
+    def _quick_bound(self) -> float:
+        """A valid root bound that costs nothing on an interleaved copy: the floors (``root_floors`` in
+        :mod:`hapmoe_milp.search.root_bound`) at any in-flight count ``i0`` at most this schedule's ``infl``,
+        combined with this schedule's coefficients. Valid because the floors do not decrease with ``infl``
+        (more micro-batches in flight leave fewer options usable and fewer layers per stage in memory, so
+        every minimum there is over a subset and every capacity smaller). With no such floors cached it is
+        the exact root bound."""
+        if self.O == 0 or not self.depths:
+            self._root = math.inf
+            return math.inf
+        infl = self._min_in_flight()
+        below = [i for i in self._root_parts if i <= infl]
+        if infl in self._root_parts or not below:
+            self._root = self._root_bound()
+            return self._root
+        return self._combine(*self._root_parts[max(below)])
+
+    def _min_in_flight(self) -> float:
+        """Fewest micro-batches in flight over every slot of every allowed depth (the root bound's memory)."""
+        return min(self.in_flight(k, P) for P in self.depths for k in range(1, P + 1))
+
+    def _combine(self, sum_lb: float, tau_lb: float) -> float:
+        if math.isinf(sum_lb):  # no option holds a single layer
+            return math.inf
+        return self.alpha * max(sum_lb, tau_lb) + self.beta * tau_lb
 
     def for_schedule(self, inst: Instance) -> SubProblem:
         """This sub-problem for another schedule of the same options (an interleaved copy of its instance,
@@ -325,80 +376,10 @@ class SubProblem:
         lightest kind, at the fewest micro-batches in flight, no edges) count."""
         if self.O == 0 or not self.depths:
             return math.inf
-        pre = self._pre
-
-        def per_layer(attr: str) -> np.ndarray:
-            return pre[attr][:, 1:] - pre[attr][:, :-1]
-
-        infl = min(self.in_flight(k, P) for P in self.depths for k in range(1, P + 1))
-        one = (per_layer("weights") + infl * per_layer("act")).min(axis=1) + self._fixed
-        usable = one <= self.cap
-        if not usable.any():
-            return math.inf
-        t = (per_layer("fwd") + per_layer("bwd"))[usable]
-        size = self.size[usable]
-        w = t * size[:, None]  # device-seconds per layer
-        W = float(w.min(axis=0).sum())
-        fastest = float(t.min(axis=0).sum())
-        sum_lb = max(W / float(size.max()), fastest)
-        tix = self.tix[usable]
-        rate = 0.0  # layers per second the whole cluster can process at best
-        for j in set(tix.tolist()):
-            wt = float(w[tix == j].min())
-            rate += self.inv[j] / wt if wt > 0 else math.inf
-        tau_lb = self.N / rate if rate > 0 else 0.0
-        t1 = t.min(axis=1)
-        m1 = (per_layer("weights") + infl * per_layer("act")).min(axis=1)[usable]
-        room = (self.cap - self._fixed)[usable]
-        nmem = np.where(m1 > 0, np.floor(room / np.where(m1 > 0, m1, 1.0)), self.N).astype(np.int64)
-        tau_lb = max(tau_lb, self._knapsack_floor(t1, np.minimum(nmem, self.N), tix, size))
-        return self.alpha * max(sum_lb, tau_lb) + self.beta * tau_lb
-
-    def _knapsack_floor(self, t1: np.ndarray, nmem: np.ndarray, tix: np.ndarray, size: np.ndarray) -> float:
-        """Smallest stage time ``T`` at which stages of at most ``T`` can hold all layers on the inventory.
-
-        Relaxation (so a lower bound on ``tau_max``): a stage of option ``o`` holds at most
-        ``min(nmem_o, T / t1_o)`` layers (``t1`` its cheapest per-layer time, ``nmem`` what its memory
-        holds of its lightest layer), edges, p2p, slot positions and the stage count are ignored, and
-        each device type is an unbounded knapsack over its stage sizes, so coverage is a sum over types.
-        """
-        N = self.N
-        cands = np.unique((t1[:, None] * np.arange(1, N + 1)[None, :])[np.arange(N)[None, :] < nmem[:, None]])
-        if not len(cands):
-            return math.inf
-
-        def covers(T: float) -> bool:
-            n = np.minimum(nmem, np.floor(T / t1 * (1 + 1e-12)).astype(np.int64))
-            total = 0
-            for j in set(tix.tolist()):
-                best: dict[int, int] = {}
-                for g, k in zip(size[tix == j].tolist(), n[tix == j].tolist()):
-                    if k > best.get(g, 0):
-                        best[g] = k
-                cap = self.inv[j]
-                if len(best) == 1:
-                    ((g, k),) = best.items()
-                    total += (cap // g) * k
-                else:
-                    dp = [0] * (cap + 1)
-                    items = sorted(best.items())
-                    for u in range(1, cap + 1):
-                        dp[u] = max([dp[u - 1], *(dp[u - g] + k for g, k in items if g <= u)])
-                    total += dp[cap]
-                if total >= N:
-                    return True
-            return total >= N
-
-        if not covers(float(cands[-1])):
-            return math.inf
-        a, b = 0, len(cands) - 1
-        while a < b:
-            mid = (a + b) // 2
-            if covers(float(cands[mid])):
-                b = mid
-            else:
-                a = mid + 1
-        return float(cands[a])
+        infl = self._min_in_flight()
+        if infl not in self._root_parts:
+            self._root_parts[infl] = root_floors(self, infl)
+        return self._combine(*self._root_parts[infl])
 
     # ------------------------------------------------------------------ arcs
     def _range_arrays(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
@@ -454,7 +435,7 @@ class SubProblem:
                     cur[attr] = np.where(short[None, :], np.inf, cur[attr])
             for attr, v in cur.items():
                 vals[attr] = v if attr not in vals else np.minimum(vals[attr], v)
-        sides = {"first": ("first",), "last": ("last",), "both": ("first", "last"), "mid": ()}[kind]
+        sides = {"first": ("first",), "last": ("last",), "both": ("single",), "mid": ()}[kind]
         priced = self._with_edges(vals, sides)
         w, a, fixed = priced["w"], priced["a"], priced["fixed"]
         if self.relaxed and kind == "mid":  # no edges in the middle: the per-window minima stand
@@ -542,6 +523,19 @@ class SubProblem:
         self._arcs[key] = arcs
         return arcs
 
+    def _dominance_buckets(self) -> list[np.ndarray]:
+        """Options that may dominate each other (same group, type, size, link class; under rules between
+        stages the same mesh too: an arc can stand in only for arcs of its own device and config), two or
+        more per bucket. Schedule-free, so computed once and shared by the interleaved copies."""
+        if not self._buckets:
+            buckets: dict[tuple[int, ...], list[int]] = {}
+            mesh = self.mesh if self.rules.active else np.zeros(self.O, dtype=np.int64)
+            keys = zip(self.gid.tolist(), self.tix.tolist(), self.size.tolist(), self.cls.tolist(), mesh.tolist())
+            for i, key in enumerate(keys):
+                buckets.setdefault(key, []).append(i)
+            self._buckets.append([np.asarray(b) for b in buckets.values() if len(b) > 1])
+        return self._buckets[0]
+
     def _dominance(
         self,
         ok: np.ndarray,
@@ -552,17 +546,8 @@ class SubProblem:
         out: dict[tuple[int, int, int], int],
     ) -> np.ndarray:
         """Drop arcs another arc of the same type, size, class, group and range beats or ties (see doc)."""
-        buckets: dict[tuple[int, int, int, int, int], list[int]] = {}
-        # under rules between stages an arc can stand in only for arcs of its own mesh (device and config)
-        mesh = self.mesh if self.rules.active else np.zeros(self.O, dtype=np.int64)
-        for i in range(self.O):
-            key = (int(self.gid[i]), int(self.tix[i]), int(self.size[i]), int(self.cls[i]), int(mesh[i]))
-            buckets.setdefault(key, []).append(i)
         keep = ok.copy()
-        for idx in buckets.values():
-            if len(idx) < 2:
-                continue
-            ix = np.asarray(idx)
+        for ix in self._dominance_buckets():
             T, S, M = time[ix], sync[ix], ok[ix]  # m x R
             Pm = self.p2p[ix]  # m x C
             p_le = (Pm[:, None, :] <= Pm[None, :, :]).all(axis=2)  # [b, a]: b's p2p <= a's everywhere

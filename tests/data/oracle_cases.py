@@ -50,6 +50,9 @@ LEVER_CASES: list[dict[str, Any]] = [
         "deepseek-v3",
         {"tp": 2, "pp": 2, "ep": 8, "etp": 1, "recompute": "mla_up_proj,shared_experts,moe_act"},
     ),
+    # tied embeddings at PP = 1: one vocabulary matrix on the only stage (issue 23's double count)
+    _case("qwen1.5-0.5b-tied-pp1", "qwen1.5-0.5b", {"tp": 2, "pp": 1}),
+    _case("gemma-2b-tied-pp1", "gemma-2b", {"tp": 1, "pp": 1}),
     _case("llama-3-70b-block", "llama-3-70b", {"tp": 4, "pp": 4, "recompute": "full:2"}),
     _case("llama-3-70b-uniform", "llama-3-70b", {"tp": 4, "pp": 4, "recompute": "uniform:2"}),
     _case("mixtral-8x7b-fsdp", "mixtral-8x7b", {"tp": 2, "ep": 8, "etp": 1}, fsdp="optim_grads_params"),
