@@ -40,6 +40,7 @@ from hapmoe_milp.calibration import (
     predict,
     prepare,
     summarize,
+    table_stack,
     write_document,
 )
 from hapmoe_milp.calibration.microbench import table_rows_report
@@ -142,12 +143,12 @@ def write_tables(runs, before, pf, rows) -> list[str]:
     out = []
     for did, base in pf.problem.bases.items():
         mine = [i for i, r in enumerate(runs) if did in r.devices]
-        stack = runs[mine[0]].run.stack
+        stack = table_stack(runs, did)
         table_dev = pf.tables(stack)[did]
         doc = calibrated_document(
             base, table_dev, pf.result.params, [runs[i] for i in mine], [before[i] for i in mine],
             [pf.result.errors[i] for i in mine], scope="public", method=METHOD,
-            identification=pf.identification.to_dict(), rows=rows, version=__version__,
+            identification=pf.identification.to_dict(), rows=rows, version=__version__, stack=stack,
         )  # fmt: skip
         path = write_document(doc, ROOT / "clusters" / "devices-calibrated" / f"{did}.yaml")
         out.append(f"{path.relative_to(ROOT)}: " + micro_line(table_dev, rows))

@@ -424,3 +424,66 @@ def test_a_stack_term_reaches_held_out_devices_of_its_stack():
     before = [predict(r, bases).error for r in runs]
     moved = [abs(a - b) > 1e-6 for r, a, b in zip(runs, cv, before, strict=True) if r.devices == ("a800",)]
     assert moved and all(moved)
+
+
+def test_a_device_table_carries_the_stack_most_of_its_runs_use():
+    """Counted by hand: B200 with two runs of an old container listed first and three of the current one ships
+    the current one's terms; a tie goes to the name sorting first; a device without runs is an error."""
+    from types import SimpleNamespace
+
+    from hapmoe_milp.calibration.crossval import table_stack
+
+    def run(stack, *devices):
+        return SimpleNamespace(run=SimpleNamespace(stack=stack), devices=devices)
+
+    runs = [run("old", "b200"), run("old", "b200"), run("new", "b200"), run("new", "b200", "h100"), run("new", "b200")]
+    assert table_stack(runs, "b200") == "new"
+    assert table_stack(runs, "h100") == "new"
+    assert table_stack([run("zeta", "a800"), run("alpha", "a800")], "a800") == "alpha"
+    with pytest.raises(ValueError):
+        table_stack(runs, "910b")
+
+
+def test_nemo_2502_rows_are_a_stack_of_their_own_backed_by_the_re_measurements():
+    """The NeMo 25.02 B200 rows carry stack nemo-25.02 (and only they do), because the public re-measurements
+    of the same configurations in the 25.11 container are faster (the file's description cites them): each
+    superseded 25.02 row has a current-stack twin of identical layout and batch with more tokens/s/GPU. The
+    shipped B200 table carries the current stack, which has more B200 runs."""
+    from hapmoe_milp.calibration.crossval import table_stack
+
+    doc = load_document(ROOT / "bench" / "calibration" / "runs.yaml")
+    rows = [*doc["runs"], *doc["excluded"]]
+    for r in rows:
+        assert (r["stack"] == "nemo-25.02") == ("nemo2502" in r["id"]), r["id"]
+    shape = ("model", "cluster", "tp", "pp", "cp", "vpp", "seq_length", "global_batch_size", "micro_batch_size")
+    old = [r for r in doc["excluded"] if r["stack"] == "nemo-25.02" and "superseded" in r["excluded_because"]]
+    assert len(old) >= 2
+    for r in old:
+        twins = [t for t in doc["runs"] if t["stack"] != "nemo-25.02" and all(t.get(k) == r.get(k) for k in shape)]
+        assert twins, r["id"]
+        assert all(t["tokens_per_s_per_device"] > 1.05 * r["tokens_per_s_per_device"] for t in twins), r["id"]
+    runs = [prepare(r, CAT) for r in load_runs(ROOT / "bench" / "calibration" / "runs.yaml")]
+    assert table_stack(runs, "b200") == "nvidia-megatron-core-2025"
+
+
+def test_a_table_lists_only_the_stack_terms_it_carries():
+    """A B200 table for the current stack lists that stack's fitted dp_overlap and the kernel terms, never the
+    dp_overlap fitted to an older container's runs on the same device (its values are not in the table)."""
+    from hapmoe_milp.calibration import calibrated_document
+    from hapmoe_milp.calibration.fit import FittedTerm
+
+    def term(key, value):
+        name = key.split("@")[0]
+        return FittedTerm(key, name, ("b200",), {"b200": 1.0}, {"b200": value}, 0.0, -1.0, 1.0, "physical range")
+
+    params = [term("dp_overlap@old-stack", 0.2), term("dp_overlap@new-stack", 0.9), term("gemm_scale@b200", 0.95)]
+    base = CAT.device("b200")
+    doc = calibrated_document(base, base, params, [], [], [], scope="public", method="m", stack="new-stack")
+    cal = doc["calibration"]
+    assert [(p["term"], p["value"]) for p in cal["parameters"]] == [
+        ("dp_overlap@new-stack", 0.9),
+        ("gemm_scale@b200", 0.95),
+    ]
+    assert cal["stack"] == "new-stack"
+    every = calibrated_document(base, base, params, [], [], [], scope="public", method="m")
+    assert len(every["calibration"]["parameters"]) == 3

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hapmoe_milp.calibration.crossval import CV_KINDS, PooledFit, cross_validate, pooled_fit, stacks_of
+from hapmoe_milp.calibration.crossval import CV_KINDS, PooledFit, cross_validate, pooled_fit, stacks_of, table_stack
 from hapmoe_milp.calibration.fidelity import PreparedRun, RunResult, Summary, predict, prepare, summarize
 from hapmoe_milp.calibration.fit import FitResult, FittedTerm, Problem, fit
 from hapmoe_milp.calibration.identify import INFORM_MIN, Identification, identify
@@ -51,8 +51,7 @@ class Calibration:
 
     @property
     def table(self) -> DeviceSpec:
-        stack = self.runs[0].run.stack
-        return self.pooled.tables(stack)[self.device]
+        return self.pooled.tables(table_stack(self.runs, self.device))[self.device]
 
     def summary_before(self) -> Summary:
         return summarize(self.before)
@@ -159,7 +158,7 @@ def calibrate(
     pooled = pooled_fit(mine, bases, rows, names=names, max_terms=chosen, only_device=base.id)
     written = None
     if out is not None and (chosen > 0 or force):
-        table = pooled.tables(mine[0].run.stack)[base.id]
+        table = pooled.tables(table_stack(mine, base.id))[base.id]
         doc = calibrated_document(
             base, table, pooled.result.params, mine, before, pooled.result.errors,
             scope="user", method=USER_METHOD, identification=full.identification.to_dict(),
@@ -219,5 +218,6 @@ __all__ = [
     "runs_path",
     "stacks_of",
     "summarize",
+    "table_stack",
     "write_document",
 ]

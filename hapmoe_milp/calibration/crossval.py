@@ -62,6 +62,20 @@ def stacks_of(runs: Sequence[PreparedRun]) -> dict[str, list[str]]:
     return out
 
 
+def table_stack(runs: Sequence[PreparedRun], device: str) -> str:
+    """The stack whose terms a device's shipped table carries: the one with most runs on the device (ties: the
+    name sorting first). A device measured under an older container too (B200 under NeMo 25.02 and the
+    current Megatron-Bridge releases) ships the terms of the stack most of its runs use, never whichever
+    run happens to come first in the file."""
+    count: dict[str, int] = {}
+    for r in runs:
+        if device in r.devices:
+            count[stack_of(r)] = count.get(stack_of(r), 0) + 1
+    if not count:
+        raise ValueError(f"no run uses device {device!r}")
+    return min(count, key=lambda s: (-count[s], s))
+
+
 def pooled_fit(
     runs: Sequence[PreparedRun],
     bases: Mapping[str, DeviceSpec],

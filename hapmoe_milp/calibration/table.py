@@ -20,6 +20,7 @@ import yaml
 from hapmoe_milp.calibration.fidelity import PreparedRun, RunResult
 from hapmoe_milp.calibration.fit import FittedTerm
 from hapmoe_milp.calibration.microbench import Row, table_rows_report
+from hapmoe_milp.calibration.terms import STACK_TERMS
 from hapmoe_milp.errors import HapmoeError
 from hapmoe_milp.fileio import write_text_atomic
 from hapmoe_milp.specs._fields import load_document
@@ -32,6 +33,11 @@ SCOPES = ("public", "user")
 
 def _mape(errs: Sequence[float]) -> float:
     return round(sum(abs(e) for e in errs) / len(errs), 4) if errs else 0.0
+
+
+def _applies(p: FittedTerm, stack: str | None) -> bool:
+    """Whether fitted term ``p`` is one the table for ``stack`` carries (kernel terms always are)."""
+    return stack is None or p.name not in STACK_TERMS or p.key == f"{p.name}@{stack}"
 
 
 def calibrated_document(
@@ -48,7 +54,11 @@ def calibrated_document(
     cross_validation: Mapping[str, Any] | None = None,
     rows: Sequence[Row] = (),
     version: str = "",
+    stack: str | None = None,
 ) -> dict[str, Any]:
+    """The table document. ``stack``: the software stack whose host/overlap terms the table carries; fitted
+    stack terms of other stacks on the same device (B200 under an older container) are then left out of
+    ``parameters``, which lists only what the table's values come from."""
     if not base.origin:
         raise HapmoeError(f"device {base.id!r} has no source file to calibrate from")
     doc = copy.deepcopy(load_document(base.origin))
@@ -79,7 +89,7 @@ def calibrated_document(
                 "at_bound": p.at_bound or None,
             }
             for p in params
-            if base.id in p.value
+            if base.id in p.value and _applies(p, stack)
         ],
         "runs": [
             {
@@ -97,6 +107,8 @@ def calibrated_document(
         "mape_before": _mape([b.error for b in before]),
         "mape_after_in_sample": _mape(after),
     }
+    if stack is not None:
+        record["stack"] = stack
     if identification is not None:
         record["identifiability"] = dict(identification)
     if cross_validation is not None:
