@@ -4,58 +4,26 @@ functions ``validate`` uses."""
 
 from __future__ import annotations
 
-import itertools
-import math
 from dataclasses import replace
 
 import pytest
 
 from hapmoe_milp.config import Settings
-from hapmoe_milp.cost.estimate import estimate
-from hapmoe_milp.errors import PlanError
-from hapmoe_milp.instance import build_instances, group_keys, in_group
-from hapmoe_milp.plan import Plan, Stage, check_plan
+from hapmoe_milp.instance import build_instances
+from hapmoe_milp.plan import Plan, Stage
 from hapmoe_milp.runtimes import FLAGSCALE, MEGATRON, MINDSPEED
 from hapmoe_milp.search.dp import solve_dp
 from hapmoe_milp.space import Pruning, StageRules, mesh_runs, stage_rule_problems, stage_rules
 from tests.helpers import tiny_cluster, tiny_model
+from tests.oracles.brute_force import plan_optimum
 
 ST = Settings(seq_length=1024, global_batch_size=4, micro_batch_size=1, dispatcher="alltoall")
 
 
 def brute_force(model, cluster, runtime, family: str = "hetero") -> tuple[float, Plan | None]:
-    """Every hetero plan of the runtime's instances, kept when it meets the runtime's rules between
-    stages (``stage_rule_problems``) and its last-stage layer minimum, scored by ``estimate``."""
-    best, best_plan = math.inf, None
-    n = len(model.layer_kinds)
-    rules = stage_rules(runtime, model, ST) if runtime is not None else StageRules()
-    for inst in build_instances(model, cluster, ST, family, Pruning.off(), runtime=runtime):  # type: ignore[arg-type]
-        _mid, last_min, _first = inst.stage_min_layers
-        for key in group_keys(inst):
-            opts = [o for o in inst.options if in_group(o, key)]
-            for p in range(1, n + 1):
-                for cuts in itertools.combinations(range(1, n), p - 1):
-                    bounds = (0, *cuts, n)
-                    if bounds[-1] - bounds[-2] < last_min:
-                        continue
-                    for combo in itertools.product(opts, repeat=p):
-                        if combo[0].cfg.dp != inst.first_dp:
-                            continue
-                        stages = tuple(
-                            Stage(o.device, o.cfg, bounds[i], bounds[i + 1], o.recompute)  # type: ignore[arg-type]
-                            for i, o in enumerate(combo)
-                        )
-                        if stage_rule_problems(rules, stages):
-                            continue
-                        plan = Plan(model.name, cluster.name, family, stages, 4, 1024, 1, dispatcher="alltoall")  # type: ignore[arg-type]
-                        try:
-                            check_plan(plan, model, cluster)
-                        except PlanError:
-                            continue
-                        e = estimate(model, cluster, plan, ST)
-                        if e.fits and e.iteration_time_s < best:
-                            best, best_plan = e.iteration_time_s, plan
-    return best, best_plan
+    """Every plan of the runtime's instances of ``family`` that meets its rules between stages and its
+    last-stage layer minimum, scored by ``estimate``: the shared whole-plan oracle."""
+    return plan_optimum(model, cluster, ST, family, runtimes={family: runtime})  # type: ignore[return-value]
 
 
 CASES = [

@@ -18,68 +18,20 @@ from hypothesis import strategies as st
 
 from hapmoe_milp.config import Settings
 from hapmoe_milp.cost.estimate import estimate
-from hapmoe_milp.errors import PlanError
 from hapmoe_milp.export.common import plan_chunks
-from hapmoe_milp.instance import build_instances, group_keys, in_group
-from hapmoe_milp.plan import Plan, Stage, check_plan
+from hapmoe_milp.instance import build_instances
+from hapmoe_milp.plan import Stage, check_plan
 from hapmoe_milp.search.dp import solve_dp
 from hapmoe_milp.space import Pruning
 from hapmoe_milp.specs import Catalog
-from tests.helpers import interleavable, tiny_cluster, tiny_model
+from tests.helpers import tiny_cluster, tiny_model
+from tests.oracles.brute_force import plan_optimum
 from tests.oracles.dp_reference import solve_dp_reference
 
 
 def brute_force(model, cluster, st: Settings, family: str, max_vpp: int = 8) -> float:
-    best = math.inf
-    n = len(model.layer_kinds)
-    fams = ["megatron", "hetero"] if family == "both" else [family]
-    for fam in fams:
-        for inst in build_instances(model, cluster, st, fam, Pruning.off()):
-            for key in group_keys(inst):
-                opts = [o for o in inst.options if in_group(o, key)]
-                for p in range(1, n + 1):
-                    for cuts in itertools.combinations(range(1, n), p - 1):
-                        bounds = (0, *cuts, n)
-                        counts = [bounds[i + 1] - bounds[i] for i in range(p)]
-                        vpps = [1]
-                        if fam == "megatron":
-                            vpps += [
-                                v
-                                for v in range(2, max_vpp + 1)
-                                if interleavable(model, counts, v, inst.num_microbatches)
-                            ]
-                        for combo in itertools.product(opts, repeat=p):
-                            if combo[0].cfg.dp != inst.first_dp:
-                                continue
-                            used: dict[str, int] = {}
-                            for o in combo:
-                                used[o.device] = used.get(o.device, 0) + o.devices
-                            if any(v > inst.inventory[d] for d, v in used.items()):
-                                continue
-                            stages = tuple(
-                                Stage(o.device, o.cfg, bounds[i], bounds[i + 1], o.recompute)  # type: ignore[arg-type]
-                                for i, o in enumerate(combo)
-                            )
-                            for vpp in vpps:
-                                plan = Plan(
-                                    model.name,
-                                    cluster.name,
-                                    fam,
-                                    stages,
-                                    st.global_batch_size,
-                                    st.seq_length,
-                                    st.micro_batch_size,
-                                    vpp=vpp,
-                                    dispatcher=st.dispatcher,
-                                )  # type: ignore[arg-type]
-                                try:
-                                    check_plan(plan, model, cluster)
-                                except PlanError:
-                                    break  # outside the space: non-contiguous types, straddled nodes, ...
-                                e = estimate(model, cluster, plan, st)
-                                if e.fits and e.iteration_time_s < best:
-                                    best = e.iteration_time_s
-    return best
+    """The best plan's iteration time over the what-if space (no runtime rules): the shared oracle."""
+    return plan_optimum(model, cluster, st, family, max_vpp=max_vpp)[0]
 
 
 CASES = [
