@@ -23,8 +23,9 @@ model copy, FP8 copies, gradients, main parameters, Adam moments), a layer's ``p
 So every component of every layer costs at least ``p * x`` bytes summed over its stage's devices, i.e. the
 model state of the whole model is at least ``P * bytes_per_param(settings, shard=1).total`` for its ``P``
 placed parameters -- every decoder and MTP layer (:meth:`ModelSpec.layer_params`) plus the input embedding
-on the first stage and the output layer (its own ``V x h`` copy, tied or not, and the final norm) on the
-last, both at least ``vocab x h`` however the vocabulary is padded. Optimizer offload lowers ``x`` (main
+on the first stage and the output layer (its own ``V x h`` copy, tied or not, except that tied embeddings
+in a one-stage plan share one matrix; and the final norm) on the last, each matrix at least ``vocab x h``
+however the vocabulary is padded. Optimizer offload lowers ``x`` (main
 parameters and moments go to the host), so the floor under offload is below the one without. Activations,
 working sets and fragmentation only add, so they are left out: the floor is a necessary condition, cheap
 (no option priced), and when it fails no plan in the space fits. ``tests/test_cost_floor.py`` checks the
