@@ -758,8 +758,12 @@ def test_time_limit_keeps_the_bound_valid(catalog):
         if sol.plan is not None:
             _check_plan_objective(sol, model, cluster, st_)
             assert sol.bound_s <= sol.objective_s
-        # the bound may be weak after a moment, but it never exceeds the optimum
-        assert sol.bound_s <= ref.objective_s * (1 + 1e-9)
+        # the bound may be weak after a moment, or absent (nan) when the limit ran out before any
+        # sub-problem was built (a slow machine at 0.3 s), but it never exceeds the optimum
+        if sol.plan is None and sol.status == "timeout":
+            assert sol.bound_s <= ref.objective_s * (1 + 1e-9) or math.isnan(sol.bound_s)
+        else:
+            assert sol.bound_s <= ref.objective_s * (1 + 1e-9)
 
 
 def test_compare_reports_agreement_and_diffs(catalog):
