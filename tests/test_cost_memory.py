@@ -144,6 +144,24 @@ def test_one_stage_holds_the_vocabulary_matrix_once_when_tied(tied, tp, dp):
     assert cm.last_edge("syn", c, 1).params_dense == vp * H / tp + H
 
 
+@pytest.mark.parametrize(("tp", "dp", "pp"), [(1, 8, 2), (2, 4, 2), (4, 2, 1), (8, 1, 4)])
+def test_a_learned_position_table_is_seq_by_h_on_the_first_stage_whole_on_every_tp_rank(tp, dp, pp):
+    """Megatron core_v0.6.0's default ``--position-embedding-type learned_absolute`` (arguments.py L709 at
+    cac60ce4c8) builds ``torch.nn.Embedding(max_sequence_length, hidden_size)`` in the first stage's
+    embedding (language_model_embedding.py L51-53): S x h more parameters there, not divided by TP, at
+    6 + 12/DP bytes each with the distributed optimizer; no other stage changes."""
+    plain, learned = dense_mha(), dense_mha(learned_absolute_position_embedding=True)
+    c = ParallelConfig(tp=tp, dp=dp)
+    counts = {"dense": L // pp}
+    gap = [
+        totals(cm_for(learned), c, counts, index=i, pp=pp, m=8).weights
+        - totals(cm_for(plain), c, counts, index=i, pp=pp, m=8).weights
+        for i in range(pp)
+    ]
+    assert gap[0] == pytest.approx(S * H * (6 + 12 / dp), rel=1e-12)  # 4096 x 1024 x (6 + 12/DP) bytes
+    assert gap[1:] == [0.0] * (pp - 1)
+
+
 def test_distributed_optimizer_shards_over_dp_times_cp():
     m = dense_mha()
     cm = cm_for(m)
