@@ -921,10 +921,24 @@ def test_one_model_per_instance_with_group_booleans(catalog, solver):
     _check_plan_objective(sol, model, cluster, st_)
 
 
-@pytest.mark.parametrize("budget", [1, 3])
-def test_cold_start_budget_changes_only_the_order(catalog, monkeypatch, budget):
-    """A cold start that stops building cutoff-free depth models after ``budget`` of them (and solves the
-    best-bound one for a first plan) still proves the unpruned DP's optimum (dense prefix + MTP + VPP)."""
+@pytest.mark.parametrize(
+    ("budget", "small_budget", "small_arcs"),
+    [
+        (1, 10, 150),  # the first depth model built is solved (whatever its size)
+        (3, 10, 0),  # nothing is small: the best-bound model once three are built
+        (100, 1, 150),  # the first small model built
+        (1000, 1000, 0),  # nothing is small and no budget is reached: every depth model is built and set
+        # aside, and once the heap runs dry the best-bound one is solved
+        (100, 2, 4),  # only models of at most 4 arcs are small
+    ],
+)
+def test_cold_start_budget_changes_only_the_order(catalog, monkeypatch, budget, small_budget, small_arcs):
+    """A cold start that stops building cutoff-free depth models after ``budget`` of them or
+    ``small_budget`` small ones (at most ``small_arcs`` arcs), sets large ones aside meanwhile, and then
+    solves the best small one (the best-bound one if none is small) for a first plan still proves the
+    unpruned DP's optimum (dense prefix + MTP + VPP)."""
     monkeypatch.setattr(exact, "COLD_MODELS", budget)
+    monkeypatch.setattr(exact, "COLD_SMALL", small_budget)
+    monkeypatch.setattr(exact, "SMALL_ARCS", small_arcs)
     pattern, mtp, spec, gbs, family = VPP_CASES[7]
     _assert_agree(tiny_model(pattern, mtp=mtp), tiny_cluster(catalog, spec), _settings(gbs), family)

@@ -93,6 +93,11 @@ MIN_SLICE_S = 0.5
 #: order the search; after this many the one popped is solved for a first plan, the rest then built
 #: under its cutoff. The order of the search only, never what is proved.
 COLD_MODELS = 100
+#: A depth model of at most this many arcs is "small": a backend proves it in milliseconds, and its
+#: optimum is a plan, so the first plan comes from the small model with the smallest bound once this many
+#: small ones are built (or :data:`COLD_MODELS` in all).
+SMALL_ARCS = 150
+COLD_SMALL = 10
 PROGRESS_EVERY_S = 0.2
 #: Share of the time left that the range bounds of one sub-problem may take (:mod:`range_bounds`).
 RANGE_SHARE = 0.25
@@ -157,7 +162,10 @@ class _Search:
         self.relaxed: list[_Node] = []  # relaxed depth models solved to optimality: bounds, not closed
         self.max_arcs = 0
         self.cold_models = 0  # depth models built with no incumbent (no cutoff) ...
-        self.cold_best: _Node | None = None  # ... and the one of them with the smallest bound
+        self.cold_best: _Node | None = None  # ... and the one of them to solve first (:func:`_cold_key`)
+        self.cold_small = 0  # ... of which small (:data:`SMALL_ARCS`)
+        self.parked: list[_Node] = []  # large cold models set aside until the first plan
+        self.cold_done = False
         self.tolerance_s = 0.0
         self.resolution_s = 0.0
         self.bound_by_solver = False
@@ -213,10 +221,13 @@ class _Search:
             node.bound = max(node.bound, bound)
 
     def run(self, solve_kw: dict[str, Any]) -> None:
-        while self.heap:
+        while self.heap or self.parked:
             if self.left() <= 0.05:
                 break
+            if self.parked and (not self.heap or math.isfinite(self.best_val)):
+                self.unpark()
             bound, _, node = heapq.heappop(self.heap)
+            built = False
             if node.closed or bound < node.bound:
                 continue  # stale entry: a newer one carries the node's current bound
             if node.bound >= self.best_val:
@@ -246,35 +257,52 @@ class _Search:
                     self.emit()
                     continue
                 node.bound = max(node.bound, dm.bound)
-                if not math.isfinite(dm.cutoff):
-                    pick = self.cold_pick(node)
-                    if pick is None:
-                        continue
-                    node = pick
-                elif self.heap and self.heap[0][0] < node.bound:
+                built = True
+                if math.isfinite(dm.cutoff) and self.heap and self.heap[0][0] < node.bound:
                     self.push(node)  # another node is more promising now
                     continue
+            if not math.isfinite(self.best_val):
+                pick = self.cold_pick(node, built)
+                if pick is None:
+                    continue
+                node = pick
             self.solve_node(node, solve_kw)
             self.emit()
 
-    def cold_pick(self, node: _Node) -> _Node | None:
-        """With no incumbent: the node to solve now for a first plan, or None (``node`` pushed back). Until
-        :data:`COLD_MODELS` depth models are built without a cutoff, the search keeps to bound order
-        (``node`` waits if another node is more promising); then the unsolved one of them with the
-        smallest bound is solved (``node`` waits if that is another). Only the order changes, never what
-        is proved: every node stays in the heap until it is closed."""
-        self.cold_models += 1
+    def cold_pick(self, node: _Node, built: bool) -> _Node | None:
+        """With no incumbent: the node to solve now for a first plan, or None (``node`` waits). Until
+        :data:`COLD_SMALL` small depth models (:data:`SMALL_ARCS`) or :data:`COLD_MODELS` in all are built
+        without a cutoff, the search keeps to bound order and solves only a small model that is still the
+        most promising (a large one is set aside: its backend run would take seconds and may end with no
+        plan); then the unsolved small one with the smallest bound is solved (any, if none is small).
+        Only the order changes, never what is proved: a node set aside stays open (its bound counts) and
+        goes back to the heap with the first plan, or when nothing else is left."""
+        assert node.model is not None
+        if built:
+            self.cold_models += 1
+            self.cold_small += len(node.model.slot) <= SMALL_ARCS
         best = self.cold_best
-        if best is None or best.closed or best.last is not None or node.bound < best.bound:
+        if best is None or best.closed or _cold_key(node) < _cold_key(best):
             best = self.cold_best = node
-        if self.cold_models < COLD_MODELS:
+        if not self.cold_done and self.cold_small < COLD_SMALL and self.cold_models < COLD_MODELS:
             if self.heap and self.heap[0][0] < node.bound:
                 self.push(node)
-                return None
-            return node
+            elif len(node.model.slot) > SMALL_ARCS:
+                self.parked.append(node)
+            else:
+                return node
+            return None
+        self.unpark()
         if best is not node:
             self.push(node)
         return best
+
+    def unpark(self) -> None:
+        """End the cold phase: the nodes set aside by :meth:`cold_pick` go back to the heap."""
+        self.cold_done = True
+        for n in self.parked:
+            self.push(n)
+        self.parked.clear()
 
     def split(self, node: _Node) -> None:
         """Replace a sub-problem node by one node per depth; at scale each depth starts from its block
@@ -344,6 +372,13 @@ class _Search:
         else:
             node.bound = max(node.bound, res.bound_s)
             self.push(node)
+
+
+def _cold_key(node: _Node) -> tuple[bool, float]:
+    """Which cold depth model to solve first: a small one (:data:`SMALL_ARCS`) before a large one, then the
+    smallest bound."""
+    assert node.model is not None
+    return len(node.model.slot) > SMALL_ARCS, node.bound
 
 
 def _families(family: str) -> list[str]:
