@@ -25,7 +25,7 @@ from hapmoe_milp.cost.estimate import estimate
 from hapmoe_milp.errors import InfeasibleError, SolverError
 from hapmoe_milp.instance import build_instances, group_keys
 from hapmoe_milp.plan import check_plan
-from hapmoe_milp.search import backends, cpsat, exact, floor, milp
+from hapmoe_milp.search import backends, best_first, cpsat, exact, floor, milp
 from hapmoe_milp.search.depth_model import DepthModel
 from hapmoe_milp.search.dp import solve_dp
 from hapmoe_milp.search.formulation import SubProblem, assignment_of, evaluate_assignment, subproblems
@@ -937,8 +937,8 @@ def test_cold_start_budget_changes_only_the_order(catalog, monkeypatch, budget, 
     ``small_budget`` small ones (at most ``small_arcs`` arcs), sets large ones aside meanwhile, and then
     solves the best small one (the best-bound one if none is small) for a first plan still proves the
     unpruned DP's optimum (dense prefix + MTP + VPP)."""
-    monkeypatch.setattr(exact, "COLD_MODELS", budget)
-    monkeypatch.setattr(exact, "COLD_SMALL", small_budget)
-    monkeypatch.setattr(exact, "SMALL_ARCS", small_arcs)
+    monkeypatch.setattr(best_first, "COLD_MODELS", budget)
+    monkeypatch.setattr(best_first, "COLD_SMALL", small_budget)
+    monkeypatch.setattr(best_first, "SMALL_ARCS", small_arcs)
     pattern, mtp, spec, gbs, family = VPP_CASES[7]
     _assert_agree(tiny_model(pattern, mtp=mtp), tiny_cluster(catalog, spec), _settings(gbs), family)
