@@ -942,3 +942,33 @@ def test_cold_start_budget_changes_only_the_order(catalog, monkeypatch, budget, 
     monkeypatch.setattr(best_first, "SMALL_ARCS", small_arcs)
     pattern, mtp, spec, gbs, family = VPP_CASES[7]
     _assert_agree(tiny_model(pattern, mtp=mtp), tiny_cluster(catalog, spec), _settings(gbs), family)
+
+
+def test_cold_start_first_plan_comes_from_a_small_depth_model(catalog, monkeypatch):
+    """With no incumbent, the first backend run is on a small depth model (at most ``SMALL_ARCS`` arcs)
+    although larger ones were built first, and the search still proves the unpruned DP's optimum."""
+    monkeypatch.setattr(best_first, "SMALL_ARCS", 3)
+    monkeypatch.setattr(best_first, "COLD_SMALL", 3)
+    built: list[int] = []
+    solved: list[tuple[int, int]] = []  # (arcs of the model solved, most arcs of any model built so far)
+    real_pick, real_solve = best_first.Search.cold_pick, best_first.Search.solve_node
+
+    def pick(self, node, fresh):
+        if fresh:
+            built.append(len(node.model.slot))
+        return real_pick(self, node, fresh)
+
+    def solve_node(self, node, kw):
+        solved.append((len(node.model.slot), max(built, default=0)))
+        return real_solve(self, node, kw)
+
+    monkeypatch.setattr(best_first.Search, "cold_pick", pick)
+    monkeypatch.setattr(best_first.Search, "solve_node", solve_node)
+    pattern, mtp, spec, gbs, family = VPP_CASES[7]
+    model, cluster, st_ = tiny_model(pattern, mtp=mtp), tiny_cluster(catalog, spec), _settings(gbs)
+    ref = solve_dp(model, cluster, st_, family=family, pruning=OFF)
+    sol = exact.solve(model, cluster, st_, solver="cpsat", family=family, pruning=OFF, threads=2)
+    first, largest_before = solved[0]
+    assert first <= 3 < largest_before
+    assert sol.status == "optimal"
+    assert sol.objective_s == pytest.approx(ref.objective_s, rel=1e-5)

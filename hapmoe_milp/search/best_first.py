@@ -230,7 +230,8 @@ class Search:
             self.cold_models += 1
             self.cold_small += len(node.model.slot) <= SMALL_ARCS
         best = self.cold_best
-        if best is None or best.closed or _cold_key(node) < _cold_key(best):
+        done = best is not None and (best.closed or (best.last is not None and best.last.status == "optimal"))
+        if best is None or done or _cold_key(node) < _cold_key(best):  # a relaxed optimum is not solved again
             best = self.cold_best = node
         if not self.cold_done and self.cold_small < COLD_SMALL and self.cold_models < COLD_MODELS:
             if self.heap and self.heap[0][0] < node.bound:
