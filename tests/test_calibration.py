@@ -141,6 +141,21 @@ def test_a_run_sets_the_model_flags_its_launch_left_at_megatrons_defaults(tmp_pa
     assert gap == pytest.approx((6 + 12 / 1) * m.padded_vocab(8) * m.hidden_size / 8, rel=1e-9)
 
 
+def test_a_run_keeps_megatrons_learned_position_table_where_its_script_does(tmp_path):
+    """FlagPerf's LLaMA-3 scripts pass no --position-embedding-type, so Megatron core_v0.6.0 keeps its
+    learned absolute table (arguments.py L709 at cac60ce4c8): seq x h more weights on the first stage, on
+    every TP rank, at 18 bytes each at DP = 1 (TP 8 on 8 GPUs)."""
+    row = {**BASE_RUN, "id": "pos", "model": "llama-3-8b", "cluster": "8xa800", "tp": 8, "ep": 1, "etp": 1,
+           "learned_absolute_position_embedding": True}  # fmt: skip
+    (run,) = load_runs(write_runs(tmp_path, [row]))
+    assert run.model_fields == {"learned_absolute_position_embedding": True}
+    learned = prepare(run, CAT)
+    rope = prepare(replace(run, model_fields={}), CAT)
+    gap = estimate(learned.model, learned.cluster, learned.plan, learned.settings).totals[0].weights
+    gap -= estimate(rope.model, rope.cluster, rope.plan, rope.settings).totals[0].weights
+    assert gap == pytest.approx(18 * run.seq_length * 4096, rel=1e-9)
+
+
 def test_a_run_whose_layout_cannot_run_says_which_run(tmp_path):
     path = write_runs(tmp_path, [{**BASE_RUN, "ep": 3}])
     with pytest.raises(HapmoeError, match="run r1"):

@@ -144,6 +144,24 @@ def test_one_stage_holds_the_vocabulary_matrix_once_when_tied(tied, tp, dp):
     assert cm.last_edge("syn", c, 1).params_dense == vp * H / tp + H
 
 
+@pytest.mark.parametrize(("tp", "dp", "pp"), [(1, 8, 2), (2, 4, 2), (4, 2, 1), (8, 1, 4)])
+def test_a_learned_position_table_is_seq_by_h_on_the_first_stage_whole_on_every_tp_rank(tp, dp, pp):
+    """Megatron core_v0.6.0's default ``--position-embedding-type learned_absolute`` (arguments.py L709 at
+    cac60ce4c8) builds ``torch.nn.Embedding(max_sequence_length, hidden_size)`` in the first stage's
+    embedding (language_model_embedding.py L51-53): S x h more parameters there, not divided by TP, at
+    6 + 12/DP bytes each with the distributed optimizer; no other stage changes."""
+    plain, learned = dense_mha(), dense_mha(learned_absolute_position_embedding=True)
+    c = ParallelConfig(tp=tp, dp=dp)
+    counts = {"dense": L // pp}
+    gap = [
+        totals(cm_for(learned), c, counts, index=i, pp=pp, m=8).weights
+        - totals(cm_for(plain), c, counts, index=i, pp=pp, m=8).weights
+        for i in range(pp)
+    ]
+    assert gap[0] == pytest.approx(S * H * (6 + 12 / dp), rel=1e-12)  # 4096 x 1024 x (6 + 12/DP) bytes
+    assert gap[1:] == [0.0] * (pp - 1)
+
+
 def test_distributed_optimizer_shards_over_dp_times_cp():
     m = dense_mha()
     cm = cm_for(m)
@@ -194,6 +212,31 @@ def test_per_layer_dense_activation_is_18_plus_4f_over_h():
 
 
 # ================================================================== in flight
+def megatron_1f1b_peak_inputs(rank: int, pp: int, m: int) -> int:
+    """Replays the list bookkeeping of Megatron-Core's ``forward_backward_pipelining_without_interleaving``
+    (core_v0.6.0 cac60ce4c8, megatron/core/pipeline_parallel/schedules.py L1151-1156 and L1226-1315): the
+    warm-up runs ``min(P - rank - 1, M)`` forwards, each appending its input to ``input_tensors``; every
+    steady-state step appends one more before its backward pops the oldest; the cool-down only pops. The
+    stage's activations live exactly as long as their input is in the list."""
+    warm = min(pp - rank - 1, m)
+    held = peak = 0
+    for _ in range(warm):
+        held += 1
+        peak = max(peak, held)
+    for _ in range(m - warm):
+        held += 1  # forward of the next micro-batch
+        peak = max(peak, held)
+        held -= 1  # backward of the oldest
+    return peak
+
+
+@pytest.mark.parametrize(("pp", "m"), [(2, 128), (4, 256), (8, 512), (4, 3), (8, 1), (3, 3)])
+def test_1f1b_in_flight_count_is_megatrons_schedule(pp, m):
+    """The FlagPerf LLaMA-3-8B pipelines (PP 2/4/8, M = 512/DP) and short runs: stage s of Megatron's 1F1B
+    holds min(M, P - s) micro-batches at its peak, so stage 0 holds P micro-batches of L/P layers."""
+    assert [in_flight(s, pp, m) for s in range(pp)] == [megatron_1f1b_peak_inputs(s, pp, m) for s in range(pp)]
+
+
 @pytest.mark.parametrize(("pp", "m"), [(4, 8), (4, 3), (8, 8), (3, 1)])
 def test_stage_activations_scale_with_min_m_p_minus_s(pp, m):
     cm = cm_for(dense_mha())

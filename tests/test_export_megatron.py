@@ -30,13 +30,16 @@ from hapmoe_milp.export.megatron import (
     format_args_file,
     layout_problems,
     layout_rank_layers,
+    model_args,
     parse_layout,
     pipeline_split,
 )
+from hapmoe_milp.export.megatron_arch import position_embedding
 from hapmoe_milp.export.validate import validate
 from hapmoe_milp.plan import Plan, Stage, load_plan
 from hapmoe_milp.specs import Catalog
 from hapmoe_milp.specs.model import ModelSpec
+from hapmoe_milp.specs.model_doc import model_from_dict, model_to_dict
 
 CAT = Catalog()
 MIXTRAL = CAT.model("mixtral-s")
@@ -254,6 +257,18 @@ def test_args_model_shape_mixtral() -> None:
     assert p["untie_embeddings_and_output_weights"] and p["num_experts"] == 8 and p["moe_router_topk"] == 2
     assert p["moe_ffn_hidden_size"] == 14336 and p["moe_layer_freq"] == 1
     assert "multi_latent_attention" not in p and "mtp_num_layers" not in p
+
+
+def test_position_embedding_flag_follows_the_model() -> None:
+    """RoPE for the catalog's transformers, none for hybrid stacks, learned_absolute for a model (a measured
+    FlagPerf launch) that keeps Megatron's learned table; the flag survives the plan-file round trip."""
+    llama = CAT.model("llama-3-8b")
+    assert position_embedding(llama) == "rope"
+    learned = replace(llama, learned_absolute_position_embedding=True)
+    a = model_args(learned)
+    assert a[a.index("--position-embedding-type") + 1] == "learned_absolute"
+    assert model_from_dict(model_to_dict(learned), "plan") == replace(learned, origin="plan")
+    assert "learned_absolute_position_embedding" not in model_to_dict(llama)  # default: model hash unchanged
 
 
 def test_args_model_shape_deepseek_v3() -> None:

@@ -49,8 +49,9 @@ SETTING_BOOLS = (
     "legacy_model",
 )
 #: Model fields (Megatron names) a run may set where its launch differs from the catalog model: the flags a
-#: script leaves at Megatron's defaults (FlagPerf's LLaMA-3 launches tie the embeddings and keep linear biases)
-MODEL_BOOLS = ("untie_embeddings_and_output_weights", "add_bias_linear")
+#: script leaves at Megatron's defaults (FlagPerf's LLaMA-3 launches tie the embeddings, keep linear biases and
+#: learned absolute position embeddings)
+MODEL_BOOLS = ("untie_embeddings_and_output_weights", "add_bias_linear", "learned_absolute_position_embedding")
 # memory-related settings a run may state (checked by config.Settings like every other setting)
 SETTING_STRS = ("optimizer_state_dtype", "main_params_dtype", "fsdp", "offload_modules")
 #: What a measured peak is: live tensors (torch max_memory_allocated), the caching allocator's reserved peak,

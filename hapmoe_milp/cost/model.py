@@ -547,7 +547,7 @@ class CostModel:
         tp_c = (
             self.collective(dev, did, "reduce_scatter", t * m.hidden_size * BF16, cfg.tp, cfg.tp) if cfg.tp > 1 else 0.0
         )
-        dense_local = m.padded_vocab(cfg.tp) * m.hidden_size / cfg.tp
+        dense_local = m.first_stage_embedding_params(cfg.tp, self.settings.seq_length)
         return self._edge_cost(
             dev,
             did,

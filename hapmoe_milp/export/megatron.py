@@ -151,7 +151,7 @@ def recompute_args(plan: Plan, model: ModelSpec) -> list[str]:
 def model_args(model: ModelSpec) -> list[str]:
     """Model shape and MoE flags (Megatron names, reference/megatron.md §1.3).
 
-    Position embeddings are RoPE (our parameter counts have no learned position table). The vocabulary
+    Position embeddings are RoPE unless the model has a learned absolute table (``position_embedding``). The vocabulary
     size is not an architecture flag in Megatron: it comes from the tokenizer (see ``tokenizer_args``).
     """
     m = model

@@ -101,7 +101,10 @@ def feature_args(m: ModelSpec) -> list[str]:
 
 
 def position_embedding(m: ModelSpec) -> str:
-    """Megatron's ``--position-embedding-type``: Nemotron-H's hybrid stacks use none (NVIDIA's recipes)."""
+    """Megatron's ``--position-embedding-type``: Nemotron-H's hybrid stacks use none (NVIDIA's recipes); a
+    model (or a measured run) with learned absolute position embeddings says so."""
+    if m.learned_absolute_position_embedding:
+        return "learned_absolute"
     return "none" if m.is_hybrid else "rope"
 
 

@@ -110,6 +110,10 @@ class ModelSpec:
     qk_l2_norm: bool = False  # Llama 4's weightless L2 norm of Q and K
     attention_output_gate: bool = False  # sigmoid gate on the attention output (Qwen3-Next): + h*q weights
     squared_relu: bool = False  # non-gated squared-ReLU MLP (Nemotron-H)
+    # Megatron's --position-embedding-type learned_absolute (its default until core 0.x recipes pass rope): a
+    # seq_length x h table on the first stage, replicated over TP (megatron/core/models/common/embeddings/
+    # language_model_embedding.py at core_v0.6.0 cac60ce4c8, L51-53); False: RoPE or none, no weights
+    learned_absolute_position_embedding: bool = False
     # group-limited routing (DeepSeek n_group/topk_group): experts in num_groups groups, a token's top-k
     # drawn from its group_topk best groups
     moe_router_num_groups: int | None = None
@@ -433,6 +437,13 @@ class ModelSpec:
     @property
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size
+
+    def first_stage_embedding_params(self, tp: int, seq_length: int) -> float:
+        """Input-embedding parameters on one TP rank of the first stage: the padded vocabulary shard, and a
+        learned absolute position table of ``seq_length`` rows (exports set ``--max-position-embeddings`` to
+        the sequence length), which Megatron keeps whole on every TP rank (a plain ``torch.nn.Embedding``)."""
+        positions = seq_length if self.learned_absolute_position_embedding else 0
+        return self.padded_vocab(tp) * self.hidden_size / tp + positions * self.hidden_size
 
     @property
     def output_params(self) -> int:

@@ -421,7 +421,7 @@ _DEFAULT_INT = (
     "linear_num_key_heads",
     "linear_num_value_heads",
 )
-_DEFAULT_BOOL = ("qk_l2_norm", "attention_output_gate", "squared_relu")
+_DEFAULT_BOOL = ("qk_l2_norm", "attention_output_gate", "squared_relu", "learned_absolute_position_embedding")
 _DEFAULT_OTHER = (
     "rotary_percent",
     "hybrid_override_pattern",
