@@ -10,8 +10,9 @@ the optimizer states offloaded.
 Per scenario: the pruned DP (``--time-limit``), then CP-SAT and the MILP (HiGHS), each with the same
 limit, over the exact space (every pruning switch off but option dominance; plain and interleaved plans
 up to ``Pruning.max_vpp`` virtual chunks, the DP's space). ``--start warm`` hands
-them the DP plan (what ``--solver auto`` does), ``cold`` runs them on their own, ``both`` (default) does
-both. The columns say whether each proved optimality (``optimal``) and in how long (wall and CPU
+them the DP plan (what ``--solver auto`` does), ``cold`` runs them on their own (no DP plan: the
+first plan comes from a small depth model the backend solves itself, ``search/best_first.py``), ``both``
+(default) does both. The columns say whether each proved optimality (``optimal``) and in how long (wall and CPU
 seconds of that solver alone), the gap it proved, how many depth models the backend itself closed, the
 proven optimum, and the pruned DP's distance to it. Rows are appended to ``--rows`` (JSONL) as they
 finish, so a long run can be split (``--scenario mixtral-l/32-1``, repeatable) or resumed (``--resume``
@@ -205,7 +206,9 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "on a shared machine are upper bounds, CPU seconds count every solver thread of this process; re-run "
         "everything with `python bench/exact_vs_dp.py --write`). `warm`: the exact solver gets the DP plan as "
         "incumbent and hint "
-        "(what `--solver auto` does); `cold`: it runs on its own. Each cell: status, wall seconds of that "
+        "(what `--solver auto` does); `cold`: it runs on its own (no DP plan: its first plan is the "
+        "optimum of the small depth model with the smallest bound, which the backend itself solves, see "
+        "`hapmoe_milp/search/best_first.py`). Each cell: status, wall seconds of that "
         "solver alone (CPU seconds), proven relative gap. The last column counts the depth models the "
         "backend closed itself (the rest were closed by the formulation's bounds and reductions under the "
         "incumbent, see `hapmoe_milp/search/formulation.py`).",

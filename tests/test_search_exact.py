@@ -25,7 +25,7 @@ from hapmoe_milp.cost.estimate import estimate
 from hapmoe_milp.errors import InfeasibleError, SolverError
 from hapmoe_milp.instance import build_instances, group_keys
 from hapmoe_milp.plan import check_plan
-from hapmoe_milp.search import backends, cpsat, exact, floor, milp
+from hapmoe_milp.search import backends, best_first, cpsat, exact, floor, milp
 from hapmoe_milp.search.depth_model import DepthModel
 from hapmoe_milp.search.dp import solve_dp
 from hapmoe_milp.search.formulation import SubProblem, assignment_of, evaluate_assignment, subproblems
@@ -921,10 +921,54 @@ def test_one_model_per_instance_with_group_booleans(catalog, solver):
     _check_plan_objective(sol, model, cluster, st_)
 
 
-@pytest.mark.parametrize("budget", [1, 3])
-def test_cold_start_budget_changes_only_the_order(catalog, monkeypatch, budget):
-    """A cold start that stops building cutoff-free depth models after ``budget`` of them (and solves the
-    best-bound one for a first plan) still proves the unpruned DP's optimum (dense prefix + MTP + VPP)."""
-    monkeypatch.setattr(exact, "COLD_MODELS", budget)
+@pytest.mark.parametrize(
+    ("budget", "small_budget", "small_arcs"),
+    [
+        (1, 10, 150),  # the first depth model built is solved (whatever its size)
+        (3, 10, 0),  # nothing is small: the best-bound model once three are built
+        (100, 1, 150),  # the first small model built
+        (1000, 1000, 0),  # nothing is small and no budget is reached: every depth model is built and set
+        # aside, and once the heap runs dry the best-bound one is solved
+        (100, 2, 4),  # only models of at most 4 arcs are small
+    ],
+)
+def test_cold_start_budget_changes_only_the_order(catalog, monkeypatch, budget, small_budget, small_arcs):
+    """A cold start that stops building cutoff-free depth models after ``budget`` of them or
+    ``small_budget`` small ones (at most ``small_arcs`` arcs), sets large ones aside meanwhile, and then
+    solves the best small one (the best-bound one if none is small) for a first plan still proves the
+    unpruned DP's optimum (dense prefix + MTP + VPP)."""
+    monkeypatch.setattr(best_first, "COLD_MODELS", budget)
+    monkeypatch.setattr(best_first, "COLD_SMALL", small_budget)
+    monkeypatch.setattr(best_first, "SMALL_ARCS", small_arcs)
     pattern, mtp, spec, gbs, family = VPP_CASES[7]
     _assert_agree(tiny_model(pattern, mtp=mtp), tiny_cluster(catalog, spec), _settings(gbs), family)
+
+
+def test_cold_start_first_plan_comes_from_a_small_depth_model(catalog, monkeypatch):
+    """With no incumbent, the first backend run is on a small depth model (at most ``SMALL_ARCS`` arcs)
+    although larger ones were built first, and the search still proves the unpruned DP's optimum."""
+    monkeypatch.setattr(best_first, "SMALL_ARCS", 3)
+    monkeypatch.setattr(best_first, "COLD_SMALL", 3)
+    built: list[int] = []
+    solved: list[tuple[int, int]] = []  # (arcs of the model solved, most arcs of any model built so far)
+    real_pick, real_solve = best_first.Search.cold_pick, best_first.Search.solve_node
+
+    def pick(self, node, fresh):
+        if fresh:
+            built.append(len(node.model.slot))
+        return real_pick(self, node, fresh)
+
+    def solve_node(self, node, kw):
+        solved.append((len(node.model.slot), max(built, default=0)))
+        return real_solve(self, node, kw)
+
+    monkeypatch.setattr(best_first.Search, "cold_pick", pick)
+    monkeypatch.setattr(best_first.Search, "solve_node", solve_node)
+    pattern, mtp, spec, gbs, family = VPP_CASES[7]
+    model, cluster, st_ = tiny_model(pattern, mtp=mtp), tiny_cluster(catalog, spec), _settings(gbs)
+    ref = solve_dp(model, cluster, st_, family=family, pruning=OFF)
+    sol = exact.solve(model, cluster, st_, solver="cpsat", family=family, pruning=OFF, threads=2)
+    first, largest_before = solved[0]
+    assert first <= 3 < largest_before
+    assert sol.status == "optimal"
+    assert sol.objective_s == pytest.approx(ref.objective_s, rel=1e-5)

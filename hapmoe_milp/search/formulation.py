@@ -83,6 +83,7 @@ common denominator ``v`` (see :mod:`hapmoe_milp.search.cpsat`); the MILP uses bo
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -132,11 +133,26 @@ class ArcSet:
     e: np.ndarray  # end layer (count arcs: n)
     time: np.ndarray  # fwd + bwd incl. edges, seconds (no p2p)
     sync: np.ndarray  # exposed DP sync + optimizer, seconds
-    dominated_by: dict[tuple[int, int, int], int]  # (option, s, e) of a dropped arc -> dominating option
+    #: per bucket (:meth:`SubProblem._dominance`): options, range starts and ends, dropped (option, range)
+    #: pairs and the first option beating each; read only to map a plan onto arcs (:attr:`dominated_by`)
+    dropped: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
 
     @property
     def n(self) -> np.ndarray:
         return self.e - self.s
+
+    @functools.cached_property
+    def dominated_by(self) -> dict[tuple[int, int, int], int]:
+        """(option, s, e) of a dropped arc -> an undominated option of the same range that replaces it
+        (each chain of "beaten by" is followed to its end; the relation is a strict order)."""
+        out: dict[tuple[int, int, int], int] = {}
+        for ix, s, e, hit, first_dom in self.dropped:
+            for a, r in zip(*np.nonzero(hit)):
+                b = int(first_dom[a, r])
+                while hit[b, r]:
+                    b = int(first_dom[b, r])
+                out[(int(ix[a]), int(s[r]), int(e[r]))] = int(ix[b])
+        return out
 
     def __len__(self) -> int:
         return len(self.opt)
@@ -254,12 +270,9 @@ class SubProblem:
         # virtual chunk, the MTP layers in the last rank's last chunk, the leading block of another kind in
         # the first rank's first chunk); plain 1F1B: every stage holds a layer
         self.vpp = v = inst.vpp
-        # boundary transfers: one per virtual chunk when interleaved (CostModel.boundary_p2p)
-        self.p2p = np.asarray(
-            [[inst.p2p(o, dev, 1 if small else self.node[dev]) for dev, small in self.classes] for o in self.options],
-            dtype=np.float64,
-        ).reshape(self.O, len(self.classes))
-        self.pmin = self.p2p.min(axis=1) if self.O else np.zeros(0)
+        # boundary transfers, on first use (most copies are closed by their quick bound before any arc)
+        self._p2p: np.ndarray | None = None
+        self._pmin: np.ndarray | None = None
         self.lo_mid, self.lo_last, self.lo_first = inst.stage_min_layers
         if v <= 1:
             depths = range(1, K + 1)
@@ -272,6 +285,25 @@ class SubProblem:
         self._arcs: dict[tuple[int, bool, int], ArcSet] = {}
         self._root: float | None = None
         self.quick_bound = self._quick_bound()
+
+    @property
+    def p2p(self) -> np.ndarray:
+        """Seconds of the boundary transfer out of each option into each link class (option x class); one
+        per virtual chunk when interleaved (``CostModel.boundary_p2p``)."""
+        if self._p2p is None:
+            inst, node = self.inst, self.node
+            self._p2p = np.asarray(
+                [[inst.p2p(o, dev, 1 if small else node[dev]) for dev, small in self.classes] for o in self.options],
+                dtype=np.float64,
+            ).reshape(self.O, len(self.classes))
+        return self._p2p
+
+    @property
+    def pmin(self) -> np.ndarray:
+        """Each option's cheapest boundary transfer (over link classes)."""
+        if self._pmin is None:
+            self._pmin = self.p2p.min(axis=1) if self.O else np.zeros(0)
+        return self._pmin
 
     @property
     def root_bound(self) -> float:
@@ -508,9 +540,9 @@ class SubProblem:
         infl = self.in_flight(k, P)
         mem = sv["w"] + infl * sv["a"] + sv["fixed"]  # evaluate: w + infl * a + fixed
         ok = sv["valid"] & (mem <= self.cap[:, None]) & ((e - s) >= self.min_layers(k, first))[None, :]
-        dominated_by: dict[tuple[int, int, int], int] = {}
+        dropped: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         if not self.cross_type:
-            ok = self._dominance(ok, sv["time"], sv["sync"], s, e, dominated_by)
+            ok = self._dominance(ok, sv["time"], sv["sync"], s, e, dropped)
         oi, ri = np.nonzero(ok)
         arcs = ArcSet(
             opt=oi.astype(np.int64),
@@ -518,7 +550,7 @@ class SubProblem:
             e=e[ri],
             time=sv["time"][oi, ri],
             sync=sv["sync"][oi, ri],
-            dominated_by=dominated_by,
+            dropped=dropped,
         )
         self._arcs[key] = arcs
         return arcs
@@ -543,7 +575,7 @@ class SubProblem:
         sync: np.ndarray,
         s: np.ndarray,
         e: np.ndarray,
-        out: dict[tuple[int, int, int], int],
+        out: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
     ) -> np.ndarray:
         """Drop arcs another arc of the same type, size, class, group and range beats or ties (see doc)."""
         keep = ok.copy()
@@ -562,13 +594,7 @@ class SubProblem:
             hit = dom.any(axis=0)  # [a, r]
             if not hit.any():
                 continue
-            # follow each dropped arc to an undominated one (the relation is a strict order)
-            first_dom = dom.argmax(axis=0)  # [a, r]
-            for a, r in zip(*np.nonzero(hit)):
-                b = int(first_dom[a, r])
-                while hit[b, r]:
-                    b = int(first_dom[b, r])
-                out[(int(ix[a]), int(s[r]), int(e[r]))] = int(ix[b])
+            out.append((ix, s, e, hit, dom.argmax(axis=0)))  # ArcSet.dominated_by follows the chains
             keep[ix] &= ~hit
         return keep
 
