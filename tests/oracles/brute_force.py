@@ -30,13 +30,14 @@ def depth_optima(sp: SubProblem) -> dict[int, tuple[float, list]]:
                 a = [(i, bounds[j], bounds[j + 1]) for j, i in enumerate(combo)]
                 if sp.options[combo[0]].cfg.dp != inst.first_dp:
                     continue
-                try:
+                val, fits = evaluate_assignment(sp, a)
+                if not fits or val >= out.get(P, (math.inf, []))[0]:
+                    continue  # cannot improve: whether the layout is valid does not matter
+                try:  # validated only when it would improve, so the minimum is still over valid plans only
                     check_plan(plan_of(sp, a), inst.model, inst.cluster)
                 except PlanError:
                     continue
-                val, fits = evaluate_assignment(sp, a)
-                if fits and val < out.get(P, (math.inf, []))[0]:
-                    out[P] = (val, a)
+                out[P] = (val, a)
     return out
 
 
