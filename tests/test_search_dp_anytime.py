@@ -96,3 +96,28 @@ def test_kernel_shortcuts_equal_their_plain_form(case, monkeypatch):
     sol = solve_dp(model, cluster, st, family="hetero", runtimes={"hetero": RUNTIMES["flagscale"]})
     assert sol.plan is not None and math.isfinite(sol.objective_s)
     assert calls["rest"] > 0 and calls["rules"] > 0
+
+
+@pytest.mark.parametrize(
+    ("has_plan", "left_s", "price_s", "stops"),
+    [
+        (True, 0.05, 0.3, True),  # a plan in hand, the next pricing would run past the limit
+        (True, 5.0, 0.3, False),  # time enough to price the next step
+        (False, 0.05, 0.3, False),  # no plan yet: pricing on is the only way to an answer
+        (True, None, 0.3, False),  # no limit
+    ],
+)
+def test_a_step_is_priced_only_with_time_left_for_it(has_plan, left_s, price_s, stops):
+    """Pricing a micro-batch step's options cannot be interrupted, so with a plan already found the DP does
+    not start one it has seen take longer than the time left (a 1 s limit answered at 1.4 s otherwise)."""
+    from types import SimpleNamespace
+
+    from hapmoe_milp.search.dp import _DPSearch
+
+    wall = None if left_s is None else time.perf_counter() + left_s
+    stub = SimpleNamespace(
+        clock=Clock(wall=wall),
+        run=SimpleNamespace(best=SimpleNamespace(chain=("plan",) if has_plan else None)),
+        price_s=price_s,
+    )
+    assert _DPSearch.no_time_to_price(stub) is stops

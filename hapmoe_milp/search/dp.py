@@ -388,6 +388,7 @@ class _DPSearch:
         small = not (0 < pr.large_cluster < cluster.world_size)
         self.refining = small and own_instances and pr.layer_band and pr.band_refine
         self.megatron_free_done = False
+        self.price_s = 0.0  # the longest a megatron instance with options not yet priced took to queue
         self.runtimes = runtimes or {}
 
     def family_instances(self, fam: Family) -> Iterator[Instance]:
@@ -419,6 +420,16 @@ class _DPSearch:
         if self.run.best.chain is not None or self.run.limit is None:
             return False
         return time.perf_counter() - self.run.t0 > HURRY_SHARE * self.run.limit
+
+    def no_time_to_price(self) -> bool:
+        """With a plan in hand, stop before pricing another micro-batch step's options when less time is
+        left than the longest such pricing took so far: pricing is not interruptible (0.1-0.4 s per step on
+        1,024 devices), so starting it just before the limit answered a 1 s limit at 1.4 s, with the plan
+        it already had."""
+        wall = self.clock.wall
+        if wall is None or self.run.best.chain is None:
+            return False
+        return wall - time.perf_counter() < self.price_s
 
     def take(self, inst: Instance) -> bool:
         """Queue one instance's sub-problems (megatron: in the bound-ordered queue; hetero: one per group).
@@ -478,8 +489,14 @@ class _DPSearch:
         if insts is not None:
             self.n_family = run.n_inst + len(insts)
         for inst in insts if insts is not None else self.family_instances(fam):
-            if run.out_of_time() or not self.take(inst):
+            pricing = inst.family == "megatron" and id(inst.options) not in queue.base_groups
+            if run.out_of_time() or (pricing and self.no_time_to_price()):
                 return False
+            t = time.perf_counter()
+            if not self.take(inst):
+                return False
+            if pricing:
+                self.price_s = max(self.price_s, time.perf_counter() - t)
         run.report("build", run.n_inst, run.n_inst, force=True)
         if not self.flush():
             return False
