@@ -132,6 +132,10 @@ class _MegatronQueue:
         self.base_groups: dict[int, tuple] = {}  # id(options) -> group arrays
         self.parts: list[tuple[np.ndarray, ...]] = []
 
+    def priced(self, inst: Instance) -> bool:
+        """Whether ``inst``'s options are priced already (its interleaved copies share its options)."""
+        return id(inst.options) in self.base_groups
+
     def _groups_of(self, inst: Instance) -> tuple:
         key = id(inst.options)
         hit = self.base_groups.get(key)
@@ -489,7 +493,7 @@ class _DPSearch:
         if insts is not None:
             self.n_family = run.n_inst + len(insts)
         for inst in insts if insts is not None else self.family_instances(fam):
-            pricing = inst.family == "megatron" and id(inst.options) not in queue.base_groups
+            pricing = inst.family == "megatron" and not queue.priced(inst)
             if run.out_of_time() or (pricing and self.no_time_to_price()):
                 return False
             t = time.perf_counter()
