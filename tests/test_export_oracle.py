@@ -412,3 +412,15 @@ def test_megatron_core_accepts_cuda_graph_and_bf16_reduction_flags() -> None:
     assert [str(getattr(x, "name", x)) for x in config.cuda_graph_scope] == ["attn", "moe_router", "moe_preprocess"]
     assert parsed["grad_reduce_in_bf16"] is True
     assert config.tp_comm_overlap is True
+
+
+def test_megatron_core_accepts_a_learned_position_table() -> None:
+    """A model that keeps Megatron's learned absolute position table (measured FlagPerf launches) exports
+    ``--position-embedding-type learned_absolute`` with ``--max-position-embeddings``, and Megatron's
+    ``validate_args`` accepts it as written."""
+    plan = MEGATRON_PLANS[0][1]
+    learned = replace(MIX, learned_absolute_position_embedding=True)
+    check_megatron_export(plan, learned, C16)
+    parsed = parse_megatron_args(megatron_args(plan, learned, C16))
+    assert parsed["position_embedding_type"] == "learned_absolute"
+    assert parsed["max_position_embeddings"] >= plan.settings().seq_length
