@@ -162,6 +162,23 @@ AMPERE_FA2_ATTN = (
     "assumed: FlashAttention-2 on A100-class (GA100) forward rises from ~0.35 of dense peak at 512 tokens to "
     "~0.65 at >= 8K tokens",
 )
+# 910B2 torch_npu fused attention, forward, non-causal, batch 1, one head, head dim 128, FP16, S0 = S1 = seq:
+# utilization of ~354 TFLOP/s (the peak used here, 353.9) 27.5% / 34.7% / 42.6% at 8K / 16K / 32K (PTO910B below).
+PTO910B = (
+    "https://github.com/hw-native-sys/pto-isa/blob/9e050352009a4529c3749faa02cbd698d2c26691/"
+    "kernels/manual/common/flash_atten/README.md"
+)
+ASCEND_910B_ATTN = (
+    ((512, 0.165), (8192, 0.275), (16384, 0.347), (32768, 0.426)),
+    "derived at 8K / 16K / 32K: torch_npu fused attention on 910B2 (forward, non-causal, batch 1, one head, head "
+    f"dim 128, FP16) at 27.5% / 34.7% / 42.6% of ~354 TFLOP/s ({PTO910B}, section '910B2 Multi-Core Comparison'; "
+    "bench/calibration/microbenchmarks.yaml rows 910b-fa-fwd-*) taken as the causal training kernel's fraction of "
+    "peak (the op is not named there and may be the inference kernel; one head leaves the last wave of the 24 cores "
+    "part-empty, so multi-head training shapes may run faster); flat above 32K (assumed: not measured). Below 8K "
+    "assumed: the earlier assumed shape (0.6x the 8K value at 512 tokens, linear in log2(seq)) scaled to the derived "
+    "8K value; the same table's 1K-4K numbers (2.6% / 8.6% / 20.5%) are single-head lower bounds only, and the "
+    "curve lies above them",
+)
 GA10X_ADA_ATTN = (
     ((512, 0.30), (8192, 0.55)),
     "assumed: FlashAttention-2 on GA10x / Ada PCIe parts forward rises from ~0.30 of dense peak at 512 tokens to "
@@ -674,11 +691,8 @@ def devices() -> list[Device]:
                 "large BF16 GEMM 304 (FlagPerf 8-card average), 315 (torch benchmark issue), 328 (limulidae) "
                 "TFLOP/s = 0.86-0.93 of 353.9; the lowest (0.86) is used",
             ),
-            attn_knots=((512, 0.30), (8192, 0.50)),
-            attn_basis=(
-                "assumed: Ascend fused attention (FlashAttentionScore) forward rises from ~0.30 of dense peak at "
-                "512 tokens to ~0.50 at >= 8K tokens"
-            ),
+            attn_knots=ASCEND_910B_ATTN[0],
+            attn_basis=ASCEND_910B_ATTN[1],
             memory_bound_efficiency=asm(0.7, "assumed: elementwise kernels reach 0.7 of HBM bandwidth"),
             intra_busbw={
                 "all_reduce": der(126, "derived: 8-NPU all-reduce algbw 72 GB/s x 2*7/8 = 126 busbw (limulidae)"),
