@@ -241,6 +241,9 @@ def solve(
     setting.
     ``progress`` is called at coarse points (per instance / sub-model) with a ``ProgressEvent``.
     """
+    # the limit covers the whole call: loading the specs, the runtimes' spaces and the memory floor
+    # (tens of milliseconds) count against it, as the search's building does (deadline.py)
+    t0 = time.perf_counter()
     check_choice("solver", solver, SOLVERS)
     check_choice("family", family, FAMILY_CHOICES)
     if optimizer_offload not in OFFLOAD_CHOICES:
@@ -258,7 +261,6 @@ def solve(
     last: Solution | None = None
     ran_out = False  # a try or alternative the limit left no time for: "no plan" is then not a proof
     unproven: tuple[Solution, Settings] | None = None  # a try stopped without a plan for a later one's sake
-    t0 = time.perf_counter()
     # one cost model for every try: the offload retry re-prices only weights and optimizer terms
     cm = CostModel(m, c, tries[0])
     schedule = list(tries)

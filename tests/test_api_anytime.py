@@ -99,3 +99,23 @@ def test_no_share_without_a_retry(monkeypatch):
     calls = _spy(monkeypatch)
     sol = api.solve("mixtral-s", "16-1-h", time_limit=60, catalog=CAT, optimizer_offload=False)
     assert sol.plan is not None and calls and all(p is None for *_, p in calls)
+
+
+def test_the_limit_covers_the_work_before_the_search(monkeypatch):
+    """The limit is the whole call's: time spent before the search starts (specs, the runtimes' spaces,
+    the memory floor) counts against it. Here that step is made to take longer than the limit, so no try
+    is left any time: no plan, and the error says the limit, not a proof, ended it."""
+    import time
+
+    real = api.search_spaces
+
+    def slow(*a, **kw):
+        time.sleep(0.3)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(api, "search_spaces", slow)
+    with pytest.raises(InfeasibleError) as ei:
+        api.solve("mixtral-s", "16-1-h", time_limit=0.2, catalog=CAT)
+    assert ei.value.constraint == "time"
+    monkeypatch.setattr(api, "search_spaces", real)
+    assert api.solve("mixtral-s", "16-1-h", time_limit=60, catalog=CAT).plan is not None
