@@ -2,7 +2,11 @@
 
 A measured peak is compared with the quantity it is: ``allocated`` rows with the itemized allocator peak
 of the hottest stage, ``reserved`` rows with that peak times the fragmentation term, ``device`` rows
-(nvidia-smi) with the device-level total (:class:`hapmoe_milp.cost.memory.MemoryModel`). The one fitted
+(nvidia-smi) with the device-level total (:class:`hapmoe_milp.cost.memory.MemoryModel`). A row whose
+source does not say which GPU its figure is (``peak_memory_rank: any``) is compared only where every rank
+holds the same (one pipeline stage); with several stages any reducer (a GPU, the mean, the max) lands
+somewhere in the predicted stage range, so such a row is checked against that range and kept out of the
+error summary -- a property of the row's convention, the same for every row that shares it. The one fitted
 memory term, the fragmentation default, comes from measured reserved/allocated pairs; it is reported
 leave-one-model-out (each model's pairs predicted with the median of the other models').
 """
@@ -33,10 +37,23 @@ class MemoryResult:
     stage: int
     items_gib: dict[str, float]
     source: str = ""
+    rank: str = "hottest"  # the row's peak_memory_rank
+    lowest_gib: float = math.nan  # the least loaded stage, same convention
+    stages: int = 1
 
     @property
     def error(self) -> float:
         return (self.predicted_gib - self.measured_gib) / self.measured_gib
+
+    @property
+    def comparable(self) -> bool:
+        """The measured figure is a known rank's, or every rank holds the same (one stage)."""
+        return self.rank == "hottest" or self.stages == 1
+
+    @property
+    def in_stage_range(self) -> bool:
+        """The measured figure lies between the least and the most loaded predicted stage."""
+        return self.lowest_gib <= self.measured_gib <= self.predicted_gib
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +67,10 @@ class MemoryResult:
             "stage": self.stage,
             "items_gib": self.items_gib,
             "source": self.source,
+            "rank": self.rank,
+            "lowest_gib": self.lowest_gib,
+            "stages": self.stages,
+            "comparable": self.comparable,
         }
 
 
@@ -68,6 +89,7 @@ def predict_memory(pr: PreparedRun) -> MemoryResult:
         return float(s["memory_gib"])
 
     hot = max(est.stages, key=value)
+    cold = min(est.stages, key=value)
     return MemoryResult(
         id=pr.run.id,
         model=pr.model.name,
@@ -78,6 +100,9 @@ def predict_memory(pr: PreparedRun) -> MemoryResult:
         stage=int(hot["index"]),
         items_gib=dict(hot["memory_items_gib"]),
         source=pr.run.source,
+        rank=pr.run.peak_memory_rank,
+        lowest_gib=value(cold),
+        stages=len(est.stages),
     )
 
 

@@ -57,6 +57,10 @@ SETTING_STRS = ("optimizer_state_dtype", "main_params_dtype", "fsdp", "offload_m
 #: What a measured peak is: live tensors (torch max_memory_allocated), the caching allocator's reserved peak,
 #: or device-level use (nvidia-smi / NVML: reserved plus context and communication buffers).
 MEMORY_KINDS = ("allocated", "reserved", "device")
+#: Which rank a measured peak is: ``hottest`` (the most loaded rank, or the one the source names, which is
+#: the hottest stage in every row so marked), ``any`` (the source does not say which GPU or which summary
+#: over GPUs the figure is: comparable with a per-rank prediction only where every rank holds the same).
+MEMORY_RANKS = ("hottest", "any")
 COLUMNS = (
     "id",
     "source",
@@ -79,6 +83,7 @@ COLUMNS = (
     *MEASURES,
     "peak_memory_gib",
     "peak_memory_kind",
+    "peak_memory_rank",
     "notes",
 )
 
@@ -111,6 +116,7 @@ class MeasuredRun:
     stack: str = DEFAULT_STACK
     fp8_recipe: str | None = None
     peak_memory_kind: str = "allocated"
+    peak_memory_rank: str = "hottest"
     cuda_graph_scope: str | None = None
     model_fields: dict[str, bool] = field(default_factory=dict)  # MODEL_BOOLS the run sets (catalog model else)
 
@@ -200,6 +206,7 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
         flags=flags,
         peak_memory_gib=f.float_("peak_memory_gib", None, within=RANGE_MEMORY_GIB, unit="GiB"),
         peak_memory_kind=f.choice("peak_memory_kind", MEMORY_KINDS, "allocated"),
+        peak_memory_rank=f.choice("peak_memory_rank", MEMORY_RANKS, "hottest"),
         notes=f.str_("notes", ""),
         origin=f.source,
         stack=f.str_("stack", DEFAULT_STACK),

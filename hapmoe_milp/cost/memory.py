@@ -22,6 +22,11 @@ where ``allocated`` is what ``torch.cuda.max_memory_allocated`` reports (Megatro
   gradients while a layer runs backward, dispatcher buffers, FP32 logits, Megatron-FSDP's unsharded
   parameter buffers.
 
+Not an allocator item: the tied-embedding gradient all-reduce between the first and last stage at PP > 1
+runs in place on the word embedding's main gradient (Megatron core_v0.6.0 cac60ce4c8
+``megatron/core/distributed/finalize_model_grads.py`` ``_allreduce_word_embedding_grads``), so it adds
+only its NCCL communicator, which lives outside the caching allocator with the context.
+
 The three device terms come from the device table (:mod:`hapmoe_milp.specs.memory_terms`). The planner's
 feasibility test (:meth:`MemoryModel.budget`) is the same inequality rearranged: a stage fits when its
 allocated bytes are at most ``(capacity * (1 - headroom) - context - buffers) / (1 + fragmentation)``.
