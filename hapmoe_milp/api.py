@@ -48,6 +48,11 @@ DIAGNOSE_MIN_S = 1.0
 # plan before the retry gets the rest (a try with a plan by then runs on to the limit): under a short limit a
 # model that fits only with offload gets a plan instead of a slow proof that nothing fits without it
 NO_PLAN_SHARE = 0.5
+# The searches stop this much before the limit (at most FINISH_SHARE of it): what runs after a search stops
+# (the last unit of work between two clock checks, building and re-pricing the plan) then ends inside the
+# limit instead of just past it; a solve that stops at its limit answers at the limit, not 20-50 ms later
+FINISH_RESERVE_S = 0.05
+FINISH_SHARE = 0.05
 # A cluster this large with the model's default global batch is checked for idle devices (see idle_warning)
 LARGE_CLUSTER = 64
 
@@ -241,11 +246,15 @@ def solve(
     setting.
     ``progress`` is called at coarse points (per instance / sub-model) with a ``ProgressEvent``.
     """
+    # the limit covers the whole call: loading the specs, the runtimes' spaces and the memory floor
+    # (tens of milliseconds) count against it, as the search's building does (deadline.py)
+    t0 = time.perf_counter()
     check_choice("solver", solver, SOLVERS)
     check_choice("family", family, FAMILY_CHOICES)
     if optimizer_offload not in OFFLOAD_CHOICES:
         raise SettingsError(f"must be auto, True or False, got {optimizer_offload!r}", field="optimizer_offload")
     limit = DEFAULT_TIME_LIMIT if time_limit is None else check_time_limit(time_limit)
+    search_limit = limit - min(FINISH_RESERVE_S, FINISH_SHARE * limit) if limit else limit
     options = check_solver_options(solver_options or {})
     m, c = resolve(model, cluster, catalog)
     st = make_settings(m, settings, **settings_kw)
@@ -258,7 +267,6 @@ def solve(
     last: Solution | None = None
     ran_out = False  # a try or alternative the limit left no time for: "no plan" is then not a proof
     unproven: tuple[Solution, Settings] | None = None  # a try stopped without a plan for a later one's sake
-    t0 = time.perf_counter()
     # one cost model for every try: the offload retry re-prices only weights and optimizer terms
     cm = CostModel(m, c, tries[0])
     schedule = list(tries)
@@ -267,7 +275,7 @@ def solve(
         s = schedule[i]
         i += 1
         # one time limit for the whole solve: every later try gets what the earlier ones left
-        left = limit - (time.perf_counter() - t0) if limit else limit
+        left = search_limit - (time.perf_counter() - t0) if search_limit else search_limit
         if left is not None and left <= 0:  # the limit is the whole solve's: nothing left for this try
             ran_out = True
             break
@@ -279,7 +287,7 @@ def solve(
             unproven = (sol, s)  # neither a plan nor a proof: the offload retry is searched, its plan unproven
             continue
         alts = _alternatives(s, spaces, fsdp_search, overlap_auto)
-        sol, s, cut = _best_alternative(sol, s, alts, (m, c, solver, pruning, options, progress), limit, t0)
+        sol, s, cut = _best_alternative(sol, s, alts, (m, c, solver, pruning, options, progress), search_limit, t0)
         ran_out = ran_out or cut
         last = sol
         if sol.plan is not None:

@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from hapmoe_milp.errors import SolverError
 
@@ -29,6 +29,15 @@ class TimeLimitReached(SolverError):
         self.limit_s = limit_s
         within = f" ({limit_s:g} s)" if limit_s is not None else ""
         super().__init__(f"the time limit{within} ran out while {what}", field="time_limit")
+
+
+class Checkpoint(Protocol):
+    """What a builder takes to stop at: anything whose ``check(what)`` raises :class:`TimeLimitReached`
+    once its time is up (a :class:`Deadline`; the DP's ``Clock``, whose stop also reads CPU time and the
+    offload retry's share). Builders that price options call it between units of pricing, which is what
+    keeps a search that must stop from overrunning the limit by a whole pricing pass."""
+
+    def check(self, what: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -72,4 +81,4 @@ class Deadline:
 
 NO_DEADLINE = Deadline()
 
-__all__ = ["NO_DEADLINE", "Deadline", "TimeLimitReached"]
+__all__ = ["NO_DEADLINE", "Checkpoint", "Deadline", "TimeLimitReached"]

@@ -19,6 +19,7 @@ import numpy as np
 from hapmoe_milp.config import RECOMPUTE_LEVELS, Family, ParallelConfig, Settings, parse_recompute
 from hapmoe_milp.cost.model import CostModel, LayerCost
 from hapmoe_milp.cost.pipeline import in_flight, pipeline_coefficients
+from hapmoe_milp.deadline import NO_DEADLINE, Checkpoint
 from hapmoe_milp.plan import Plan, Stage
 from hapmoe_milp.space import PruneCounter, Pruning, StageRules, configs, runtime_allows, stage_rules, stage_sizes
 from hapmoe_milp.specs.cluster import ClusterSpec
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # the runtime is read through the instance; only its type is 
     from hapmoe_milp.runtimes import Runtime
 
 ATTRS = ("fwd", "bwd", "weights", "act", "rs", "ag", "opt")
+PRICING = "pricing stage options"  # what a deadline names when it stops :func:`build_options`
 
 
 @dataclass(frozen=True, eq=False)
@@ -244,7 +246,13 @@ class Instance:
 
 
 def _assign_bands(
-    opts: list[Option], model: ModelSpec, cluster: ClusterSpec, delta: float, counter: PruneCounter, by_peak: bool
+    opts: list[Option],
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    delta: float,
+    counter: PruneCounter,
+    by_peak: bool,
+    deadline: Checkpoint = NO_DEADLINE,
 ) -> None:
     """HAPMoE's load-balance band, generalised: a stage's layer count stays within (1 +/- delta) of its
     share of the cluster's speed.
@@ -265,6 +273,7 @@ def _assign_bands(
     else:
         w: dict[str, float] = {}
         for o in opts:
+            deadline.check(PRICING)
             lc = o.kind_cost(main)
             w[o.device] = min(w.get(o.device, float("inf")), (lc.fwd + lc.bwd) * o.devices)
         speed = sum(m / w[t] for t, m in cluster.inventory.items() if t in w and w[t] > 0)
@@ -327,7 +336,13 @@ def build_options(
     counter: PruneCounter,
     config_cache: dict[tuple[int, int], list[ParallelConfig]] | None = None,
     runtime: Runtime | None = None,
+    deadline: Checkpoint = NO_DEADLINE,
 ) -> list[Option]:
+    """The options of one family and micro-batch step, banded and pruned as ``pruning`` says. Options are
+    priced here only as far as a rule needs (bands: the main kind; hetero dominance: every coefficient),
+    which on a large cluster takes up to a second: ``deadline`` is checked between options and groups
+    (raises :class:`~hapmoe_milp.deadline.TimeLimitReached`), so a search past its limit stops here
+    instead of finishing the pass."""
     st = cm.settings
     kinds_seq = model.layer_kinds
     kinds = sorted(set(kinds_seq))
@@ -349,6 +364,7 @@ def build_options(
             if cfgs is None:
                 cfgs = cache[(g, node)] = configs(model, g, node, st.seq_length)
             for cfg in cfgs:
+                deadline.check(PRICING)
                 if samples_per_mb % cfg.dp:
                     continue
                 if family == "megatron" and cfg.dp * st.micro_batch_size != samples_per_mb:
@@ -365,13 +381,14 @@ def build_options(
                     opts.append(Option(-1, did, cfg, r, b, cap, band, kinds_seq, cm))
     if pruning.layer_band and opts:
         by_peak = 0 < pruning.large_cluster < cluster.world_size
-        _assign_bands(opts, model, cluster, pruning.delta, counter, by_peak)
+        _assign_bands(opts, model, cluster, pruning.delta, counter, by_peak, deadline)
     if pruning.dominance and family == "hetero":
         keep: list[Option] = []
         groups: dict[tuple, list[Option]] = {}
         for o in opts:
             groups.setdefault((o.device, o.devices, o.cfg.cp, o.cfg.ep > 1, o.cfg.dp, o.recompute), []).append(o)
         for grp in groups.values():
+            deadline.check(PRICING)
             dropped = _dominated_in(grp, kinds)
             counter.add("dominance", int(dropped.sum()))
             keep.extend(o for o, d in zip(grp, dropped, strict=True) if not d)
@@ -385,6 +402,7 @@ def build_options(
             groups_.setdefault((o.device, o.devices, o.cfg.cp, o.cfg.ep > 1, o.cfg.dp, o.recompute), []).append(o)
         keep2: list[Option] = []
         for grp in groups_.values():
+            deadline.check(PRICING)
             scored = sorted(
                 grp,
                 key=lambda o: (
@@ -464,6 +482,7 @@ def build_instances(
     runtime: Runtime | None = None,
     largest_first: bool = False,
     config_cache: dict[tuple[int, int], list[ParallelConfig]] | None = None,
+    deadline: Checkpoint = NO_DEADLINE,
 ) -> Iterator[Instance]:
     """The instances of one family, one per micro-batch step (smallest step first, or with
     ``largest_first`` largest first: the order the DP searches them in, so it can search while building).
@@ -473,6 +492,8 @@ def build_instances(
     only the pipeline coefficients and the in-flight rule do. Only instances with a valid depth
     (:meth:`Instance.vpp_depths`) and a layer sequence whose interleaved chunks price like the stage's
     contiguous range (:func:`vpp_lead`) are yielded.
+
+    ``deadline`` is handed to :func:`build_options` (it stops a step's pricing part-way).
 
     ``runtime`` restricts the space to what that runtime runs (its option rules here, its VPP support, and
     the rules tying stages together, :attr:`Instance.stage_rules`, which the solvers enforce).
@@ -487,7 +508,7 @@ def build_instances(
     steps = micro_batch_steps(model, cluster, settings, family, cache)
     for step in reversed(steps) if largest_first else steps:
         counter = PruneCounter()
-        opts = build_options(model, cluster, cm, family, step, pr, counter, cache, runtime)
+        opts = build_options(model, cluster, cm, family, step, pr, counter, cache, runtime, deadline)
         plain = opts
         if overlap:
             opts, plain = _ep_overlap_options(opts, model, cluster.world_size, counter)

@@ -164,3 +164,35 @@ def interleavable(model, counts: list[int], v: int, m: int) -> bool:
     if lead:
         return counts[0] >= v and -(-counts[0] // v) >= lead
     return counts[0] >= v - 1
+
+
+class StopAfter:
+    """A deadline checkpoint (``hapmoe_milp.deadline.Checkpoint``) that lets ``n`` checks pass and stops at
+    the next one: a deadline falling part-way through some work, whatever the machine's speed. ``checks``
+    counts the checks made."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.checks = 0
+
+    def check(self, what: str) -> None:
+        from hapmoe_milp.deadline import TimeLimitReached
+
+        self.checks += 1
+        if self.checks > self.n:
+            raise TimeLimitReached(what)
+
+
+def count_pricing(monkeypatch) -> dict[str, int]:
+    """Count the layers asked of any cost model (``CostModel.layer``, memoised or not) from now on."""
+    from hapmoe_milp.cost.model import CostModel
+
+    calls = {"layer": 0}
+    real = CostModel.layer
+
+    def layer(self, *a, **kw):
+        calls["layer"] += 1
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(CostModel, "layer", layer)
+    return calls

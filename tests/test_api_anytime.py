@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -99,3 +100,42 @@ def test_no_share_without_a_retry(monkeypatch):
     calls = _spy(monkeypatch)
     sol = api.solve("mixtral-s", "16-1-h", time_limit=60, catalog=CAT, optimizer_offload=False)
     assert sol.plan is not None and calls and all(p is None for *_, p in calls)
+
+
+def test_the_limit_covers_the_work_before_the_search(monkeypatch):
+    """The limit is the whole call's: time spent before the search starts (specs, the runtimes' spaces,
+    the memory floor) counts against it. Here that step is made to take longer than the limit, so no try
+    is left any time: no plan, and the error says the limit, not a proof, ended it."""
+    import time
+
+    real = api.search_spaces
+
+    def slow(*a, **kw):
+        time.sleep(0.3)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(api, "search_spaces", slow)
+    with pytest.raises(InfeasibleError) as ei:
+        api.solve("mixtral-s", "16-1-h", time_limit=0.2, catalog=CAT)
+    assert ei.value.constraint == "time"
+    monkeypatch.setattr(api, "search_spaces", real)
+    assert api.solve("mixtral-s", "16-1-h", time_limit=60, catalog=CAT).plan is not None
+
+
+@pytest.mark.parametrize(("limit", "reserve"), [(1.0, 0.05), (60.0, 0.05), (0.4, 0.02)])
+def test_the_searches_stop_before_the_limit_to_leave_the_finish_inside_it(monkeypatch, limit, reserve):
+    """What runs after a search stops (its last unit of work, building the plan) must end inside the
+    limit, so every search is handed at most the limit less the reserve: 0.05 s, or 5% of a short limit
+    (0.4 s -> 0.02 s). Worked by hand from api.FINISH_RESERVE_S / FINISH_SHARE's documented values."""
+    handed = []
+    real = api._run_solver
+
+    def spy(m, c, st, solver, spaces, pruning, left, opts, *a, **kw):
+        handed.append(left)
+        return real(m, c, st, solver, spaces, pruning, left, opts, *a, **kw)
+
+    monkeypatch.setattr(api, "_run_solver", spy)
+    # solve's own clock stands still, so what it hands the first search is exactly limit - reserve
+    monkeypatch.setattr(api, "time", SimpleNamespace(perf_counter=lambda: 100.0))
+    api.solve("mixtral-s", "16-1", solver="dp", time_limit=limit, catalog=CAT, optimizer_offload=False)
+    assert handed and handed[0] == pytest.approx(limit - reserve)

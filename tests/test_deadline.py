@@ -16,6 +16,7 @@ from hapmoe_milp.instance import build_instances, group_keys
 from hapmoe_milp.search import exact
 from hapmoe_milp.search.formulation import subproblems
 from hapmoe_milp.specs import Catalog
+from tests.helpers import StopAfter, count_pricing
 
 CAT = Catalog()
 MIX = CAT.model("mixtral-s")
@@ -71,3 +72,38 @@ def test_compare_shares_its_budget_and_says_which_solver_found_nothing() -> None
     assert msg is not None and "dp: timeout" in msg and "cpsat: timeout" in msg
     text = format_markdown(rep)
     assert "nan" not in text and "inf" not in text and "no plan from dp" in text
+
+
+@pytest.mark.parametrize("family", ["megatron", "hetero"])
+def test_option_pricing_stops_at_the_deadline(monkeypatch, family: str) -> None:
+    """``build_options`` prices options for the layer band and (hetero) dominance, up to a second on a large
+    cluster: past the deadline it prices nothing, a deadline falling part-way stops it part-way, and a
+    deadline that never passes builds exactly the options built without one."""
+    from hapmoe_milp.cost.model import CostModel
+    from hapmoe_milp.instance import build_options, micro_batch_steps
+    from hapmoe_milp.space import PruneCounter, Pruning
+
+    c = CAT.cluster("16-1")  # A100 + V100: both families, dominance among hetero options
+    st = make_settings(MIX)
+    step = micro_batch_steps(MIX, c, st, family)[-1]
+
+    def build(deadline=NO_DEADLINE):
+        cm = CostModel(MIX, c, st)  # a fresh cost model: nothing priced yet
+        return build_options(MIX, c, cm, family, step, Pruning(), PruneCounter(), deadline=deadline)
+
+    calls = count_pricing(monkeypatch)
+    counter = StopAfter(10**9)
+    plain = build(counter)
+    full, checks = calls["layer"], counter.checks
+    assert plain and full > 0
+    calls["layer"] = 0
+    with pytest.raises(TimeLimitReached, match="pricing"):
+        build(Deadline(at=0.0))
+    assert calls["layer"] == 0
+    with pytest.raises(TimeLimitReached):
+        build(StopAfter(checks - 2))  # stops among the last checks: after some pricing, before the rest
+    assert 0 < calls["layer"] < full
+    again = build(Deadline.after(3600.0))
+    assert [(o.device, o.cfg, o.recompute, o.band) for o in again] == [
+        (o.device, o.cfg, o.recompute, o.band) for o in plain
+    ]

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from hapmoe_milp.config import Settings
-from hapmoe_milp.search import dp_levels
+from hapmoe_milp.search import dp_levels, dp_tables
 from hapmoe_milp.search.dp import solve_dp
 from hapmoe_milp.search.dp_tables import Clock
 from hapmoe_milp.specs import Catalog
-from tests.helpers import tiny_cluster, tiny_model
+from tests.helpers import StopAfter, count_pricing, tiny_cluster, tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def test_kernel_shortcuts_equal_their_plain_form(case, monkeypatch):
     def rest(batch, k, grp, s, rem, gsz, bd, cnt):
         before = cnt.memory_bound
         out = real_rest(batch, k, grp, s, rem, gsz, bd, cnt)
-        ok, rsum, rmax, n_mem = dp_levels._rest_unique(batch, k, grp, s, rem, gsz, bd)
+        ok, rsum, rmax, n_mem = dp_tables.rest_unique(batch, k, grp, s, rem, gsz, bd)
         assert np.array_equal(out[0], ok)
         np.testing.assert_array_equal(out[1], rsum)
         np.testing.assert_array_equal(out[2], rmax)
@@ -121,3 +121,103 @@ def test_a_step_is_priced_only_with_time_left_for_it(has_plan, left_s, price_s, 
         price_s=price_s,
     )
     assert _DPSearch.no_time_to_price(stub) is stops
+
+
+def test_a_queue_stopped_while_pricing_is_left_as_it_was(case):
+    """The megatron queue prices each group of an instance for its bound (0.1-0.4 s a step on 1,024
+    devices), checking the clock per group: stopped part-way it keeps nothing of the instance, so the
+    next add builds exactly what a fresh queue does."""
+    from hapmoe_milp.deadline import TimeLimitReached
+    from hapmoe_milp.instance import build_instances
+    from hapmoe_milp.search.dp import _MegatronQueue
+
+    model, cluster, st = case
+    inst = next(build_instances(model, cluster, st, "megatron"))
+
+    def queue():
+        return _MegatronQueue(cluster.world_size, tuple(cluster.inventory), cluster.inventory)
+
+    fresh = queue()
+    fresh.add(inst)
+    q = queue()
+    for stop in (Clock(wall=time.perf_counter() - 1.0), StopAfter(1)):
+        with pytest.raises(TimeLimitReached, match="pricing"):
+            q.add(inst, stop)
+        assert q.groups == [] and q.base_groups == {} and q.parts == [] and q.insts == []
+    q.add(inst)
+    assert q.groups == fresh.groups
+    for a, b in zip(q.arrays(), fresh.arrays(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_pricing_past_the_deadline_returns_the_plan_in_hand(case, monkeypatch):
+    """With a megatron plan found, the hetero family's options are priced (bands, dominance) before it is
+    searched; with the clock already past, nothing more is priced and the search ends with the plan in
+    hand, status timeout -- the same plan the megatron family gave, not proven."""
+    from hapmoe_milp.search.dp import _DPSearch, _solution
+
+    model, cluster, st = case
+    search = _DPSearch(model, cluster, st, None, None, None, None, True)
+    assert search.search_family("megatron", None)
+    chain, value = search.run.best.chain, search.run.best.value
+    assert chain is not None and math.isfinite(value)
+    calls = count_pricing(monkeypatch)
+    search.clock = search.run.clock = Clock(wall=time.perf_counter() - 1.0)
+    assert not search.search_family("hetero", None)
+    assert calls["layer"] == 0 and search.hetero == []
+    sol = _solution("dp", search.run, search.pr, False, False, 0.0)
+    assert sol.status == "timeout" and sol.stats["stopped_by"] == "time" and math.isnan(sol.bound_s)
+    assert sol.objective_s == value and sol.plan is not None and sol.plan.family == "megatron"
+
+
+def test_clock_check_raises_only_when_the_search_must_stop():
+    from hapmoe_milp.deadline import TimeLimitReached
+
+    past = time.perf_counter() - 1.0
+    Clock().check("x")
+    Clock(soft=past, found=lambda: True).check("x")  # a plan in hand: the soft deadline does not stop it
+    for stop in (Clock(wall=past), Clock(soft=past, found=lambda: False), Clock(cpu=time.process_time() - 1)):
+        with pytest.raises(TimeLimitReached, match="while x"):
+            stop.check("x")
+
+
+def test_a_level_priced_in_slices_finds_the_same_plan_and_counts(case, monkeypatch):
+    """A level's (state, stage) pairs are priced in slices with the clock looked at between them; each
+    pair is priced on its own, so slices of 7 pairs give the plan, the objective, the runner-up and every
+    pruning count of one pass."""
+    whole = solve_dp(*case)
+    calls = {"slices": 0}
+    real = dp_levels._pair_slice
+
+    def counted(*a, **kw):
+        calls["slices"] += 1
+        return real(*a, **kw)
+
+    monkeypatch.setattr(dp_levels, "_pair_slice", counted)
+    once = solve_dp(*case)
+    n_pass = calls["slices"]
+    calls["slices"] = 0
+    monkeypatch.setattr(dp_levels, "PAIR_SLICE", 7)
+    sliced = solve_dp(*case)
+    assert calls["slices"] > n_pass  # some level was cut into several slices
+    assert once.plan == whole.plan
+    assert sliced.plan == whole.plan and sliced.objective_s == whole.objective_s
+    assert sliced.runner_up_s == whole.runner_up_s and sliced.status == whole.status
+    assert sliced.pruned == whole.pruned
+
+
+def test_a_level_stopped_between_slices_ends_the_search_as_a_timeout(case, monkeypatch):
+    """The clock stopping a level part-way (between two slices of pairs) stops the search: status timeout,
+    no proof."""
+    from hapmoe_milp.deadline import TimeLimitReached
+    from hapmoe_milp.search import dp
+
+    class InLevel(Clock):
+        def check(self, what: str) -> None:
+            if "level" in what:
+                raise TimeLimitReached(what)
+
+    monkeypatch.setattr(dp_levels, "PAIR_SLICE", 7)
+    monkeypatch.setattr(dp, "Clock", InLevel)
+    sol = solve_dp(*case)
+    assert sol.status == "timeout" and sol.stats["stopped_by"] == "time" and math.isnan(sol.bound_s)

@@ -31,8 +31,9 @@ import numpy as np
 
 from hapmoe_milp.config import Family, Settings
 from hapmoe_milp.cost.model import CostModel
+from hapmoe_milp.deadline import NO_DEADLINE, Checkpoint, TimeLimitReached
 from hapmoe_milp.errors import InfeasibleError
-from hapmoe_milp.instance import Instance, Option, build_instances, groups, micro_batch_steps
+from hapmoe_milp.instance import PRICING, Instance, Option, build_instances, groups, micro_batch_steps
 from hapmoe_milp.plan import Plan, Stage
 from hapmoe_milp.search.dp_levels import Best, Chain, run_batch
 from hapmoe_milp.search.dp_tables import Clock, DPScope, RowCache, build_batch, kind_order
@@ -136,7 +137,10 @@ class _MegatronQueue:
         """Whether ``inst``'s options are priced already (its interleaved copies share its options)."""
         return id(inst.options) in self.base_groups
 
-    def _groups_of(self, inst: Instance) -> tuple:
+    def _groups_of(self, inst: Instance, deadline: Checkpoint) -> tuple:
+        """The instance's groups priced for the bound (memoised per option list). ``deadline`` is checked
+        per group: pricing a step's options takes up to 0.4 s on 1,024 devices; stopped part-way, the
+        queue is left as it was."""
         key = id(inst.options)
         hit = self.base_groups.get(key)
         if hit is not None:
@@ -159,7 +163,7 @@ class _MegatronQueue:
         work = np.zeros((G, T))
         tix = {t: i for i, t in enumerate(self.types)}
         for i, opts in enumerate(by.values()):
-            self.groups.append(tuple(opts))
+            deadline.check(PRICING)
             best = math.inf
             for o in opts:
                 c = cm.layer(o.device, o.cfg, o.b, main, "none")  # type: ignore[arg-type]
@@ -172,6 +176,7 @@ class _MegatronQueue:
                 wt[i, j], ac[i, j], cap[i, j], work[i, j] = r.weights, r.act, o.capacity, r.work
             tt[i] = n_main * best
             gg[i] = opts[0].devices
+        self.groups.extend(tuple(opts) for opts in by.values())
         hit = self.base_groups[key] = (first, tt, gg, w, wt, ac, cap, n_main, work)
         return hit
 
@@ -219,9 +224,11 @@ class _MegatronQueue:
             out[sel] = total / max(1, n_main)
         return out
 
-    def add(self, inst: Instance) -> np.ndarray:
-        """Queue ``inst``'s sub-problems; returns their indices into the queue's arrays, bound-sorted."""
-        base = self._groups_of(inst)
+    def add(self, inst: Instance, deadline: Checkpoint = NO_DEADLINE) -> np.ndarray:
+        """Queue ``inst``'s sub-problems; returns their indices into the queue's arrays, bound-sorted.
+        Raises :class:`~hapmoe_milp.deadline.TimeLimitReached` (queue unchanged) if ``deadline`` passes
+        while its options are priced."""
+        base = self._groups_of(inst, deadline)
         first, tt, gg = base[0], base[1], base[2]
         pr = inst.pruning
         a, b = inst.coefficients
@@ -416,6 +423,7 @@ class _DPSearch:
             runtime=rt,
             largest_first=True,
             config_cache=cache,
+            deadline=self.clock,
         )
 
     def hurried(self) -> bool:
@@ -427,9 +435,9 @@ class _DPSearch:
 
     def no_time_to_price(self) -> bool:
         """With a plan in hand, stop before pricing another micro-batch step's options when less time is
-        left than the longest such pricing took so far: pricing is not interruptible (0.1-0.4 s per step on
-        1,024 devices), so starting it just before the limit answered a 1 s limit at 1.4 s, with the plan
-        it already had."""
+        left than the longest such pricing took so far (0.1-0.4 s per step on 1,024 devices): a pricing cut
+        off by the clock (checked per group, :meth:`_MegatronQueue.add`) queues nothing, so starting one
+        that cannot finish only spends the time left."""
         wall = self.clock.wall
         if wall is None or self.run.best.chain is None:
             return False
@@ -449,7 +457,7 @@ class _DPSearch:
             # a while, so without a plan each micro-batch step is searched as soon as it is queued
             if step_done and sum(len(p[0]) for p in queue.parts) > EARLY_AFTER and not self.flush():
                 return False
-            queue.add(inst)
+            queue.add(inst, self.clock)
             self.queued.append(inst.samples_per_mb)
             if self.hurried() and not self.flush():
                 return False
@@ -492,15 +500,18 @@ class _DPSearch:
         run.phase = "build"
         if insts is not None:
             self.n_family = run.n_inst + len(insts)
-        for inst in insts if insts is not None else self.family_instances(fam):
-            pricing = inst.family == "megatron" and not queue.priced(inst)
-            if run.out_of_time() or (pricing and self.no_time_to_price()):
-                return False
-            t = time.perf_counter()
-            if not self.take(inst):
-                return False
-            if pricing:
-                self.price_s = max(self.price_s, time.perf_counter() - t)
+        try:
+            for inst in insts if insts is not None else self.family_instances(fam):
+                pricing = inst.family == "megatron" and not queue.priced(inst)
+                if run.out_of_time() or (pricing and self.no_time_to_price()):
+                    return False
+                t = time.perf_counter()
+                if not self.take(inst):
+                    return False
+                if pricing:
+                    self.price_s = max(self.price_s, time.perf_counter() - t)
+        except TimeLimitReached:  # the clock stopped pricing part-way (build_options, the queue's bounds)
+            return False
         run.report("build", run.n_inst, run.n_inst, force=True)
         if not self.flush():
             return False

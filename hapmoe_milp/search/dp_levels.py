@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hapmoe_milp.deadline import TimeLimitReached
 from hapmoe_milp.instance import Option
 from hapmoe_milp.search.dp_fronts import label_front, pack, pair_front, pareto_mask
 from hapmoe_milp.search.dp_tables import (
@@ -33,11 +34,14 @@ from hapmoe_milp.search.dp_tables import (
     W,
     aligned_vec,
     capacity_bound,
+    rest_unique,
 )
 from hapmoe_milp.space import PruneCounter
 
 # label expansions per chunk (bounds memory when little is pruned, e.g. with every switch off)
 CHUNK = 400_000
+# (state, stage) pairs priced between two looks at the clock (about 20 ms of work on one core)
+PAIR_SLICE = 50_000
 
 
 @dataclass(frozen=True)
@@ -112,19 +116,6 @@ def _ranges(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     owner = np.repeat(np.arange(len(counts)), counts)
     start = np.cumsum(counts) - counts
     return owner, np.arange(len(owner)) - start[owner]
-
-
-def _capacity_unique(
-    bd: Bounds, grp: np.ndarray, s: np.ndarray, rem: np.ndarray, G: int, N: int, inv: np.ndarray
-) -> np.ndarray:
-    """:func:`capacity_bound` evaluated once per distinct (group, start, remaining devices)."""
-    T = rem.shape[1]
-    key = pack([grp, s, *[rem[:, t] for t in range(T)]], [G, N + 1, *[int(inv[t]) + 1 for t in range(T)]])
-    if key is None:
-        return capacity_bound(bd, grp, s, rem)
-    _uk, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    vals = capacity_bound(bd, grp[first], s[first], rem[first])
-    return vals[inverse.ravel()]
 
 
 def _seg_min(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
@@ -235,7 +226,11 @@ def run_batch(batch: Batch, best: Best, counter: PruneCounter, clock: Clock) -> 
         cands = _candidates(batch, k, ge_keys, ge_mins, bd, best, cnt)
         if len(cands.key) == 0:
             break
-        pairs = _pairs(batch, k, lv, s_ge, cands, mins, bd, best, cnt)
+        try:
+            pairs = _pairs(batch, k, lv, s_ge, cands, mins, bd, best, cnt, clock)
+        except TimeLimitReached:
+            cnt.flush(counter)
+            return False
         if pairs is None:
             break
         # complete plans first: they tighten the bound for the rest of the level
@@ -371,11 +366,17 @@ def _pairs(
     bd: Bounds,
     best: Best,
     cnt: _Counts,
+    clock: Clock,
 ) -> dict[str, np.ndarray] | None:
     """(state, candidate) pairs the inventory and the family rules allow, with the stage time including
     the boundary's p2p and lower bounds on what the layers still to place add; pairs that cannot beat the
-    best plan even from their state's best label are dropped."""
-    pr = batch.subs[0].inst.pruning
+    best plan even from their state's best label are dropped.
+
+    Past the first few levels a level can have millions of pairs (0.4 s of work for Qwen3-235B on 32
+    devices): they
+    are priced in slices of ``PAIR_SLICE`` with ``clock`` checked between slices (raises
+    :class:`~hapmoe_milp.deadline.TimeLimitReached`). Each pair is priced on its own and the counts add
+    up, so the slices give the same pairs, in the same order, and the same counts as one pass."""
     inv, node = batch.inv, batch.node
     tt, gg = batch.tg_t[None, :], batch.tg_g[None, :]
     # which (device type, stage size) classes each state may place next
@@ -392,8 +393,33 @@ def _pairs(
     blo = np.searchsorted(cands.key, pkey, side="left")
     own, off = _ranges(np.searchsorted(cands.key, pkey, side="right") - blo)
     S, c = si[own], blo[own] + off
-    if len(S) == 0:
+    parts = []
+    for a in range(0, len(S), PAIR_SLICE):
+        if a:
+            clock.check("searching a level of stages")
+        part = _pair_slice(batch, k, lv, cands, mins, bd, best, cnt, S[a : a + PAIR_SLICE], c[a : a + PAIR_SLICE])
+        if part is not None:
+            parts.append(part)
+    if not parts:
         return None
+    return parts[0] if len(parts) == 1 else {n: np.concatenate([p[n] for p in parts]) for n in parts[0]}
+
+
+def _pair_slice(
+    batch: Batch,
+    k: int,
+    lv: _Level,
+    cands: _Cands,
+    mins: list[np.ndarray],
+    bd: Bounds,
+    best: Best,
+    cnt: _Counts,
+    S: np.ndarray,
+    c: np.ndarray,
+) -> dict[str, np.ndarray] | None:
+    """:func:`_pairs` for the pairs (state ``S``, candidate ``c``)."""
+    pr = batch.subs[0].inst.pruning
+    inv, node = batch.inv, batch.node
     row, grp, s = cands.row[c], lv.grp[S], cands.s[c]
     typ, nd = batch.typ[row], lv.nd[S]
     tau, sync = cands.tau[c], cands.sync[c]
@@ -405,7 +431,7 @@ def _pairs(
     # spares their work, and the pairs kept are the same. Cross-type pairs wait for their p2p, which the
     # cross_type_comm rule reads (so that what it removed is counted as before).
     xt = (nd >= 0) & (nd != typ) if pr.cross_type_comm else np.zeros(len(S), dtype=bool)
-    pre = ~xt & (_pair_bound(batch, grp, mt, mx, ms, tau, sync, bd.sum_pre[grp, s]) >= best.value)
+    pre = ~xt & (batch.pair_bound(grp, mt, mx, ms, tau, sync, bd.sum_pre[grp, s]) >= best.value)
     cnt.bound += int(pre.sum())
     live = np.flatnonzero(~pre)
     S, c, row, grp, s, typ, nd, tau, sync, mt, mx, ms, xt = (
@@ -422,7 +448,7 @@ def _pairs(
         cnt.cross_type_comm += int(cross.sum())
         ok &= ~cross
     tau = tau + 2 * p2p
-    bad0 = ok & (_pair_bound(batch, grp, mt, mx, ms, tau, sync, bd.sum_pre[grp, s]) >= best.value)
+    bad0 = ok & (batch.pair_bound(grp, mt, mx, ms, tau, sync, bd.sum_pre[grp, s]) >= best.value)
     cnt.bound += int(bad0.sum())
     live = np.flatnonzero(ok & ~bad0)
     if len(live) == 0:
@@ -440,7 +466,7 @@ def _pairs(
         rem[np.arange(len(nf)), typ[nf]] -= gsz[nf]
         okn, rest_sum[nf], rest_max[nf] = _rest(batch, k, grp[nf], s[nf], rem, gsz[nf], bd, cnt)
         ok[nf] &= okn
-    bad = ok & (_pair_bound(batch, grp, mt, mx, ms, tau, sync, rest_sum, rest_max) >= best.value)
+    bad = ok & (batch.pair_bound(grp, mt, mx, ms, tau, sync, rest_sum, rest_max) >= best.value)
     cnt.bound += int(bad.sum())
     keep = np.flatnonzero(ok & ~bad)
     if len(keep) == 0:
@@ -450,24 +476,6 @@ def _pairs(
     used2[np.arange(len(S)), typ] += gsz
     out = {"S": S, "row": row, "grp": grp, "s": s, "typ": typ, "gsz": gsz, "tau": tau, "sync": sync}
     return out | {"used2": used2, "rest_sum": rest_sum[keep], "rest_max": rest_max[keep]}
-
-
-def _pair_bound(
-    batch: Batch,
-    grp: np.ndarray,
-    mt: np.ndarray,
-    mx: np.ndarray,
-    ms: np.ndarray,
-    tau: np.ndarray,
-    sync: np.ndarray,
-    rest_sum: np.ndarray,
-    rest_max: np.ndarray | None = None,
-) -> np.ndarray:
-    """Least objective a pair can reach from its state's least label (``mt, mx, ms``): its stage
-    (``tau``, ``sync``) plus at least ``rest_sum`` summed and ``rest_max`` as the slowest stage for
-    the layers still to place."""
-    tmax = np.maximum(mx, tau) if rest_max is None else np.maximum(np.maximum(mx, tau), rest_max)
-    return batch.alpha[grp] * (mt + tau + rest_sum) + batch.beta[grp] * tmax + np.maximum(ms, sync)
 
 
 def _stage_rules_ok(
@@ -518,45 +526,14 @@ def _rest(
         [batch.n_groups, batch.n_layers + 1, int(batch.g.max()) + 1, *[int(batch.inv[t]) + 1 for t in range(T)]],
     )
     if key is None or len(key) < 2:
-        ok, rest_sum, rest_max, n_mem = _rest_unique(batch, k, grp, s, rem, gsz, bd)
+        ok, rest_sum, rest_max, n_mem = rest_unique(batch, k, grp, s, rem, gsz, bd)
         cnt.memory_bound += int(n_mem.sum())
         return ok, rest_sum, rest_max
     _uk, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     inverse = inverse.ravel()
-    ok, rest_sum, rest_max, n_mem = _rest_unique(batch, k, grp[first], s[first], rem[first], gsz[first], bd)
+    ok, rest_sum, rest_max, n_mem = rest_unique(batch, k, grp[first], s[first], rem[first], gsz[first], bd)
     cnt.memory_bound += int((n_mem * np.bincount(inverse, minlength=len(first))).sum())
     return ok[inverse], rest_sum[inverse], rest_max[inverse]
-
-
-def _rest_unique(
-    batch: Batch, k: int, grp: np.ndarray, s: np.ndarray, rem: np.ndarray, gsz: np.ndarray, bd: Bounds
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_rest` for each row, plus per row how many memory rules removed it (0 or 1, for the count)."""
-    ok = rem.sum(axis=1) > 0
-    memb = bd.m_pre[grp, s] > (rem * bd.cap_t[grp]).sum(axis=1)  # bytes needed vs capacity left
-    n_mem = (ok & memb).astype(np.int64)
-    ok &= ~memb
-    fpp = batch.pp[grp]
-    left = np.where(fpp > 0, fpp - k, batch.kmax[grp] - k)
-    # device-seconds per second the rest can absorb: all remaining devices at their best rate, and no
-    # more than `left` stages of at most the largest stage each
-    big = (np.minimum(rem, bd.gmax_t[grp]) * bd.inv_r[grp]).max(axis=1)
-    eff = np.minimum((rem * bd.inv_r[grp]).sum(axis=1), left * big)
-    ok &= (left > 0) & (eff > 0)
-    fixed_g = fpp > 0
-    if fixed_g.any():  # a fixed-depth (megatron) plan needs room for its remaining stages of this size
-        ok &= ~fixed_g | ((rem // np.maximum(gsz, 1)[:, None]).sum(axis=1) >= left)
-    t_cap = _capacity_unique(bd, grp, s, rem, batch.n_groups, batch.n_layers, batch.inv)
-    memc = ~np.isfinite(t_cap)
-    n_mem += ok & memc
-    ok &= ~memc
-    w = bd.w_pre[grp, s]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rest_max = np.maximum(np.where(eff > 0, w / np.where(eff > 0, eff, 1.0), 0.0), np.where(memc, 0.0, t_cap))
-        # the stages' times add up to at least the per-layer least times, and to at least the work
-        # over the largest stage the remaining devices can still form
-        rest_sum = np.maximum(bd.sum_pre[grp, s], np.where(big > 0, w / np.where(big > 0, big, 1.0), 0.0))
-    return ok, rest_sum, rest_max, n_mem
 
 
 def _complete(

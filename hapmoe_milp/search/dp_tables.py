@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 
 from hapmoe_milp.config import RECOMPUTE_LEVELS
+from hapmoe_milp.deadline import TimeLimitReached
 from hapmoe_milp.instance import ATTRS, Instance, Option, aligned
+from hapmoe_milp.search.dp_fronts import pack
 
 # columns of the per-kind coefficient block (ATTRS order) and of the edge block (ATTRS + work)
 F, B, W, A, RS, AG, OP, WORK = range(8)
@@ -53,6 +55,12 @@ class Clock:
         if self.soft is None or self.found is None:
             return False
         return (time.perf_counter() if now is None else now) > self.soft and not self.found()
+
+    def check(self, what: str) -> None:
+        """Raise :class:`~hapmoe_milp.deadline.TimeLimitReached` naming ``what`` once :meth:`passed`
+        (the :class:`~hapmoe_milp.deadline.Checkpoint` the option builders call between pricing units)."""
+        if self.passed():
+            raise TimeLimitReached(what)
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,23 @@ class Batch:
     @property
     def n_groups(self) -> int:
         return len(self.subs)
+
+    def pair_bound(
+        self,
+        grp: np.ndarray,
+        mt: np.ndarray,
+        mx: np.ndarray,
+        ms: np.ndarray,
+        tau: np.ndarray,
+        sync: np.ndarray,
+        rest_sum: np.ndarray,
+        rest_max: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Least objective a (state, stage) pair can reach from its state's least label (``mt, mx, ms``):
+        its stage (``tau``, ``sync``) plus at least ``rest_sum`` summed and ``rest_max`` as the slowest
+        stage for the layers still to place."""
+        tmax = np.maximum(mx, tau) if rest_max is None else np.maximum(np.maximum(mx, tau), rest_max)
+        return self.alpha[grp] * (mt + tau + rest_sum) + self.beta[grp] * tmax + np.maximum(ms, sync)
 
     def p2p_for(self, rows: np.ndarray, nd: np.ndarray, small: np.ndarray) -> np.ndarray:
         """p2p time of the boundary out of option ``rows`` into a next stage of type ``nd`` (small or not),
@@ -342,6 +367,52 @@ def capacity_bound(bd: Bounds, grp: np.ndarray, s: np.ndarray, rem: np.ndarray) 
         best = np.maximum(best, tt)
     out[:] = np.where(s > 0, best * (1.0 - 1e-9), 0.0)
     return out
+
+
+def _capacity_unique(
+    bd: Bounds, grp: np.ndarray, s: np.ndarray, rem: np.ndarray, G: int, N: int, inv: np.ndarray
+) -> np.ndarray:
+    """:func:`capacity_bound` evaluated once per distinct (group, start, remaining devices)."""
+    T = rem.shape[1]
+    key = pack([grp, s, *[rem[:, t] for t in range(T)]], [G, N + 1, *[int(inv[t]) + 1 for t in range(T)]])
+    if key is None:
+        return capacity_bound(bd, grp, s, rem)
+    _uk, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    vals = capacity_bound(bd, grp[first], s[first], rem[first])
+    return vals[inverse.ravel()]
+
+
+def rest_unique(
+    batch: Batch, k: int, grp: np.ndarray, s: np.ndarray, rem: np.ndarray, gsz: np.ndarray, bd: Bounds
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``dp_levels._rest`` for each row, plus per row how many memory rules removed it (0 or 1, for the
+    count): for layers ``[0, s)`` still to place on ``rem`` devices per type at level ``k``, whether it
+    is possible at all, and lower bounds on the sum and on the largest of the remaining stages' times."""
+    ok = rem.sum(axis=1) > 0
+    memb = bd.m_pre[grp, s] > (rem * bd.cap_t[grp]).sum(axis=1)  # bytes needed vs capacity left
+    n_mem = (ok & memb).astype(np.int64)
+    ok &= ~memb
+    fpp = batch.pp[grp]
+    left = np.where(fpp > 0, fpp - k, batch.kmax[grp] - k)
+    # device-seconds per second the rest can absorb: all remaining devices at their best rate, and no
+    # more than `left` stages of at most the largest stage each
+    big = (np.minimum(rem, bd.gmax_t[grp]) * bd.inv_r[grp]).max(axis=1)
+    eff = np.minimum((rem * bd.inv_r[grp]).sum(axis=1), left * big)
+    ok &= (left > 0) & (eff > 0)
+    fixed_g = fpp > 0
+    if fixed_g.any():  # a fixed-depth (megatron) plan needs room for its remaining stages of this size
+        ok &= ~fixed_g | ((rem // np.maximum(gsz, 1)[:, None]).sum(axis=1) >= left)
+    t_cap = _capacity_unique(bd, grp, s, rem, batch.n_groups, batch.n_layers, batch.inv)
+    memc = ~np.isfinite(t_cap)
+    n_mem += ok & memc
+    ok &= ~memc
+    w = bd.w_pre[grp, s]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rest_max = np.maximum(np.where(eff > 0, w / np.where(eff > 0, eff, 1.0), 0.0), np.where(memc, 0.0, t_cap))
+        # the stages' times add up to at least the per-layer least times, and to at least the work
+        # over the largest stage the remaining devices can still form
+        rest_sum = np.maximum(bd.sum_pre[grp, s], np.where(big > 0, w / np.where(big > 0, big, 1.0), 0.0))
+    return ok, rest_sum, rest_max, n_mem
 
 
 def kind_order(kinds_seq: Sequence[str]) -> tuple[str, ...]:
@@ -517,4 +588,14 @@ def aligned_vec(start: np.ndarray, g: np.ndarray, node: np.ndarray) -> np.ndarra
     return np.where(g <= node, inside, start % node == 0)
 
 
-__all__ = ["Batch", "Clock", "DPScope", "RowCache", "aligned", "aligned_vec", "build_batch", "capacity_bound"]
+__all__ = [
+    "Batch",
+    "Clock",
+    "DPScope",
+    "RowCache",
+    "aligned",
+    "aligned_vec",
+    "build_batch",
+    "capacity_bound",
+    "rest_unique",
+]
