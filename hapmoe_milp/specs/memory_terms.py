@@ -13,6 +13,21 @@ a user (or ``hapmoe-milp profile``) can set them per device in the table's optio
 
 The defaults and where they come from are in :data:`MEMORY_PARAMS` (``bench/calibration/memory_runs.yaml``
 holds the measured pairs the fragmentation default is derived from). ``cost/memory.py`` is the only reader.
+
+Why NCCL stays inside ``context_gib`` rather than an item of its own (issue 23, looked into by branch mem7):
+NCCL's own buffers are real device memory outside the allocator and their per-connection size follows from
+its source, but how many of them a rank holds does not follow from anything a run's source states.
+At NCCL v2.21.5-1 (ab2b89c4c3) a ring connection's receive side holds the LL, LL128 and SIMPLE buffers
+(``src/init.cc`` defaults: 512 KiB, 4.6875 MiB, 4 MiB) rounded up to ``CUDA_IPC_MIN`` (2 MiB,
+``src/include/comm.h``) -- 10 MiB -- and its send side 2 MiB (``src/transport/p2p.cc``), so 12 MiB per
+channel per communicator for rings (trees make their own connections); the NVLS buffers of a communicator over more
+than two GPUs of one NVSwitch node are ``nHeads * nChannels * 2 * (buffer + 2 MiB)``
+(``src/transport/nvls.cc``), with buffer 4 MiB up to v2.20 and 1 MiB from v2.21. The channel count comes
+from NCCL's topology search (16 in an H800 log, NVIDIA/nccl#892; 32 per peer on H100, NVIDIA/nccl#1685),
+connections are made lazily from v2.22 (``NCCL_RUNTIME_CONNECT``), communicators split with
+``splitShare`` share them (NVIDIA/nccl#864), and none of the measured runs states its NCCL version: per rank
+this spans a few hundred MiB to several GiB, so an itemized term would have to assume the very numbers
+that decide it.
 """
 
 from __future__ import annotations
