@@ -296,6 +296,26 @@ def test_sliding_window_layers_run_at_the_window_length_efficiency(window, freq)
     assert eff(window) < eff(seq)  # the physics the test is about: short key loops run below long ones
 
 
+@pytest.mark.parametrize(("cp", "window"), [(1, 0), (2, 0), (4, 0), (8, 0), (2, 4096), (4, 512)])
+def test_context_parallel_ring_steps_run_at_the_block_length_efficiency(cp, window):
+    """Ring attention calls the kernel once per ring step on S/CP local queries against one S/CP key block,
+    so the layer's FLOPs run at the device table's efficiency at min(kernel length, S/CP): 910B's table,
+    whose 8K-32K points are cited measurements (bench/calibration/microbenchmarks.yaml, 910b-fa-fwd-*)."""
+    seq, n = 32768, 4
+    dev = CAT.device("910b")
+    m = replace(CAT.model("llama-2-7b"), num_layers=n, window_size=window or None)
+    cm = CostModel(m, CAT.cluster("8x910b"), Settings(seq_length=seq, global_batch_size=8))
+    from hapmoe_milp.cost.attention import core_time
+
+    per_key = seq * cm._core_macs() * 2  # t = seq tokens at TP 1
+    fwd, bwd = core_time(m, dev, per_key, seq, cp=cp)
+    length = min(window or seq, seq // cp)
+    flops = per_key * seq * m.attention_keys_factor(seq)
+    peak = dev.peak("bf16") * 1e12
+    assert fwd == pytest.approx(flops / (dev.attention_efficiency(length) * peak), rel=1e-9)
+    assert bwd == pytest.approx(2.5 * flops / (dev.attention_bwd_efficiency(length) * peak), rel=1e-9)
+
+
 def test_stack_compute_scale_slows_layer_compute_but_not_the_kernels_micro_benchmarks_measure():
     """The training stack's share of micro-benchmarked kernel speed divides a layer's compute (and nothing
     else), while a GEMM priced alone -- what a micro-benchmark row checks -- is unchanged."""

@@ -6,6 +6,12 @@ like a W- (C-) token attention*: each query block meets at most a tile or two of
 efficiency is the one the device's table gives at that length, not at S -- the prologue, softmax rescaling
 and epilogue are not amortised over a long key loop. That is what makes alternating 128-token windows
 (GPT-OSS) cost more than their FLOPs at long-sequence efficiency suggest.
+
+Context parallelism prices the same way. Megatron's ring attention (Transformer Engine's p2p context
+parallel) keeps S/CP queries on each rank and, at each of the CP ring steps, calls the flash-attention
+kernel on the local queries against one S/CP block of keys and values (half a block on the steps where
+the load-balanced split halves it). The work summed over the steps is the layer's, but no kernel call
+loops over more than S/CP keys, so it runs at the table's efficiency at S/CP at best; it is read there.
 """
 
 from __future__ import annotations
@@ -42,16 +48,19 @@ def core_time(
     flops_per_key: float,
     seq: int,
     groups: tuple[tuple[tuple[int, int], int], ...] | None = None,
+    cp: int = 1,
 ) -> tuple[float, float]:
     """Forward and backward time of the flash-attention core, averaged over the model's attention layers;
     ``flops_per_key * seq`` is a full causal layer's forward FLOPs. Layers are grouped by (span, kernel
     length) (``groups``: :func:`layer_groups`, computed here when not given) and priced apart; the backward
-    does 2.5x the forward's FLOPs at the backward table."""
+    does 2.5x the forward's FLOPs at the backward table. Under context parallelism ``cp`` no kernel call
+    loops over more than S/CP keys (the ring's blocks), which caps the length the efficiency is read at."""
     full = flops_per_key * seq
     groups = layer_groups(m, seq) if groups is None else groups
     n_layers = sum(n for _, n in groups)
     fwd = bwd = 0.0
+    block = max(1, seq // cp)
     for (span, length), n in groups:
-        fwd += n * attention_time(dev, full * span, length, backward=False)
-        bwd += n * attention_time(dev, 2.5 * full * span, length, backward=True)
+        fwd += n * attention_time(dev, full * span, min(length, block), backward=False)
+        bwd += n * attention_time(dev, 2.5 * full * span, min(length, block), backward=True)
     return fwd / n_layers, bwd / n_layers

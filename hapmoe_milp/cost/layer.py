@@ -64,7 +64,7 @@ def layer_compute(
     is_moe = mlp_kind == "moe"
 
     # ---- token mixer: attention (projections and flash-style core), or gated DeltaNet / Mamba
-    f_comp, b_comp, attn_core_f, attn_core_b = cm._mixer_time(dev, mixer, t, tp, prec)
+    f_comp, b_comp, attn_core_f, attn_core_b = cm._mixer_time(dev, mixer, t, tp, prec, cfg.cp)
     # two norms and two residual adds per attention+MLP layer; half for a one-sub-layer hybrid layer
     sublayers = (mixer is not None) + (mlp_kind is not None)
     elem = memory_time(dev, ELEMENTWISE_PASSES_H * sublayers / 2 * ts * h * BF16)

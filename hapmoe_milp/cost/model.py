@@ -393,7 +393,7 @@ class CostModel:
         return max(total_bytes / src_devices, total_bytes / dst_devices) / bw + self.cluster.cross.latency_us * 1e-6
 
     def _mixer_time(
-        self, dev: DeviceSpec, mixer: str | None, t: float, tp: int, prec: str
+        self, dev: DeviceSpec, mixer: str | None, t: float, tp: int, prec: str, cp: int = 1
     ) -> tuple[float, float, float, float]:
         """Forward and backward compute of a layer's token mixer, and of the attention core alone (what
         context parallelism's ring exchange can hide behind); zeros for a layer without a mixer."""
@@ -403,7 +403,7 @@ class CostModel:
             # causal: each query sees S/2 keys on average (fewer under a sliding window or in chunks)
             if self._attn_groups is None:
                 self._attn_groups = layer_groups(m, S)
-            core_f, core_b = core_time(m, dev, t * self._core_macs() * 2 / tp, S, self._attn_groups)
+            core_f, core_b = core_time(m, dev, t * self._core_macs() * 2 / tp, S, self._attn_groups, cp)
             return attn_lin + core_f, 2 * attn_lin + core_b, core_f, core_b
         if mixer in ("gdn", "mamba"):
             mc = mixer_cost(m, dev, mixer, t, tp, S, prec)
