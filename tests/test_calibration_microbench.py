@@ -173,3 +173,14 @@ def test_a_lower_bound_row_accepts_anything_above_it():
     assert not row.within(row.value * (1 - row.tolerance) * 0.99)
     point = next(r for r in ROWS if r.bound == "point")
     assert not point.within(point.value * (1 + point.tolerance) * 1.01)
+
+
+def test_a_row_bound_must_be_point_or_lower():
+    """A misspelt bound would silently score a floor as a point (or the reverse): the row refuses it."""
+    from hapmoe_milp.calibration.microbench import Row
+    from hapmoe_milp.errors import SpecError
+
+    kw = dict(id="r", source="s", device="h100", kind="memory", shape={}, value=1.0, unit="", role="r", tolerance=0.1)
+    assert Row(**kw, bound="lower").within(0.95) and not Row(**kw).within(1.2)
+    with pytest.raises(SpecError, match=r"r\.bound"):
+        Row(**kw, bound="lowr")

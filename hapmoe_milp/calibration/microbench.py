@@ -22,12 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from hapmoe_milp.cost.primitives import attention_time, collective_time, gemm_time
+from hapmoe_milp.errors import SpecError
 from hapmoe_milp.specs._fields import load_document
 from hapmoe_milp.specs.device import DeviceSpec
 from hapmoe_milp.specs.runtime import PARAM_INFO
 
 MICROBENCH_FILE = Path("bench") / "calibration" / "microbenchmarks.yaml"
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+BOUNDS = ("point", "lower")  # what a row's value is to a table: a point to match, or a floor
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,10 @@ class Row:
     # (e.g. a kernel run at a shape that under-fills the chip), so the table must only not fall below
     # value x (1 - tolerance)
     bound: str = "point"
+
+    def __post_init__(self) -> None:
+        if self.bound not in BOUNDS:
+            raise SpecError(f"must be one of {', '.join(BOUNDS)}, got {self.bound!r}", field=f"{self.id}.bound")
 
     def within(self, got: float, slack: float = 1e-9) -> bool:
         """Whether a table's prediction ``got`` for this row's case honours the row."""
@@ -119,10 +127,6 @@ def predicted(dev: DeviceSpec, row: Row) -> float:
         factor = 2 * (n - 1) / n if row.kind == "all_reduce" else (n - 1) / n
         return factor * size / t / 1e9
     return float(getattr(dev.runtime, row.kind))
-
-
-def relative_error(dev: DeviceSpec, row: Row) -> float:
-    return predicted(dev, row) / row.value - 1.0
 
 
 def violations(dev: DeviceSpec, rows: Sequence[Row], slack: float = 1e-9) -> list[tuple[Row, float]]:
