@@ -373,8 +373,7 @@ def _pairs(
     best plan even from their state's best label are dropped.
 
     Past the first few levels a level can have millions of pairs (0.4 s of work for Qwen3-235B on 32
-    devices): they
-    are priced in slices of ``PAIR_SLICE`` with ``clock`` checked between slices (raises
+    devices): they are priced in slices of ``PAIR_SLICE`` with ``clock`` checked between slices (raises
     :class:`~hapmoe_milp.deadline.TimeLimitReached`). Each pair is priced on its own and the counts add
     up, so the slices give the same pairs, in the same order, and the same counts as one pass."""
     inv, node = batch.inv, batch.node
