@@ -429,16 +429,33 @@ def test_shipped_calibration_set_keeps_the_held_out_models_out():
 
 
 def test_a_stack_term_reaches_held_out_devices_of_its_stack():
-    """Leave-one-model-out on the FlagPerf stack: with A800's only model held out, the stack's compute share
-    fitted on H800's runs still applies to A800 (same software), so A800's predictions move."""
+    """Leave-one-model-out on FlagPerf's legacy FlagScale stack: with A800's only model of it (Aquila2-7B) held
+    out, the stack's compute share fitted on H800's runs still applies to A800 (same software), so A800's
+    predictions move."""
     runs = [prepare(r, CAT) for r in load_runs(ROOT / "bench" / "calibration" / "runs.yaml")]
-    runs = [r for r in runs if r.run.stack == "flagperf-megatron-2024"]
+    runs = [r for r in runs if r.run.stack == "flagperf-flagscale-legacy"]
+    assert {r.model.name for r in runs if r.devices == ("a800",)} == {"aquila2-7b"}
     bases = {d: CAT.device(d) for r in runs for d in r.devices}
     rows = load_rows(ROOT)
     cv = cross_validate(runs, bases, rows, "model", names=["stack_compute_scale"])
     before = [predict(r, bases).error for r in runs]
     moved = [abs(a - b) > 1e-6 for r, a, b in zip(runs, cv, before, strict=True) if r.devices == ("a800",)]
     assert moved and all(moved)
+
+
+def test_flagperf_rows_carry_the_stack_of_the_image_they_ran():
+    """FlagPerf's A800/H800 cases ran two different software stacks (training/nvidia/docker_image/*/ and
+    test_conf.py at FlagPerf 1b5a030398): the megatron_core060 image (NGC PyTorch 24.02, Megatron-LM
+    core_v0.6.0, Megatron-Core GPT with Transformer Engine) and the flagscale / megatron images (NGC PyTorch
+    23.09, FlagScale's pre-Core megatron/model GPT). A row's legacy_model flag says which code built its model,
+    so every used FlagPerf row's stack must agree with it, and the file's description must name both images."""
+    doc = load_document(ROOT / "bench" / "calibration" / "runs.yaml")
+    flagperf = [r for r in doc["runs"] if "github.com/FlagOpen/FlagPerf" in r["source"]]
+    assert {r["stack"] for r in flagperf} == {"flagperf-megatron-2024", "flagperf-flagscale-legacy"}
+    for r in flagperf:
+        assert (r["stack"] == "flagperf-flagscale-legacy") == bool(r.get("legacy_model")), r["id"]
+    for image in ("megatron_core060", "flagscale / megatron images", "pytorch 24.02", "pytorch 23.09"):
+        assert image in doc["description"].lower(), image
 
 
 def test_a_device_table_carries_the_stack_most_of_its_runs_use():
