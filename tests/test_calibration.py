@@ -443,6 +443,15 @@ def test_a_stack_term_reaches_held_out_devices_of_its_stack():
     assert moved and all(moved)
 
 
+def test_no_exclusion_reason_rests_on_how_well_the_model_predicts_the_run():
+    """Exclusion reasons are about the run (stack, missing layout, superseded), never about the cost model's
+    error on it (bench/calibration/README.md, Policies): no reason cites a prediction or a model error."""
+    doc = load_document(ROOT / "bench" / "calibration" / "runs.yaml")
+    for r in doc["excluded"]:
+        why = r["excluded_because"].lower()
+        assert "predict" not in why and "mape" not in why, r["id"]
+
+
 def test_flagperf_rows_carry_the_stack_of_the_image_they_ran():
     """FlagPerf's A800/H800 cases ran two different software stacks (training/nvidia/docker_image/*/ and
     test_conf.py at FlagPerf 1b5a030398): the megatron_core060 image (NGC PyTorch 24.02, Megatron-LM
