@@ -21,6 +21,18 @@ Counted per forward (each is one kernel unless said otherwise):
   experts; shared experts add fc1, activation, fc2 and the add (4, 2 GEMMs). The flex dispatcher
   (DeepEP/HybridEP) fuses the count exchange, permute and unpermute into its dispatch/combine kernels
   (5 fewer).
+- ModelLink's legacy GShard MoE (``Settings.gshard_capacity_factor``; MindSpeed ascendspeed/components/moe
+  @224ae35e gate.py, moe_layer.py, experts.py, utils.py; experts ModelLink modellink/model/moe.py @0c8163f9de),
+  counted from the code instead of the MoE MLP above: pre-MLP norm and residual add (2); the gate's FP32 cast
+  and linear (2), softmax, top-k, one-hot (3), two cumsums and their -1 (4), the first choice's count and the
+  second's offset (2), the expert counts and their copy to the host (2), the auxiliary loss (8: two means, a
+  cast, a mean of the product and three scalings), the two capacity masks (4), the two slot locations (4),
+  two casts (2), two bmm gate sums (2), their normalisation (4: add, clamp, two divides), two weighted masks
+  (2), two one-hot slot tensors with their casts (4), two [S, E, C] products and their sum (3), the bool
+  dispatch mask (1); the layer's two casts of the masks (2), dispatch and combine matmuls (2, plus the
+  transposed operand's copy, 1), the all-to-all each way (2) and the concatenation of the experts' outputs
+  (1) = 57 (5 GEMMs: gate, two bmm, dispatch, combine); per local expert its input copy, w1 and w3 GEMMs, SiLU, product and w2 GEMM (6, 3 GEMMs), and
+  under sequence-parallel TP the all-gathers before w1 and w3 and the reduce-scatter after w2 (3).
 - sequence-parallel TP adds an all-gather and a reduce-scatter around each block (4); expert-TP adds an
   all-gather and a reduce-scatter of the routed tokens (2); each context-parallel ring step adds a send,
   a receive and an attention-output correction (3).
@@ -65,6 +77,9 @@ MOE_FIXED = (20, 1)  # plus 2 GEMMs per local expert
 MOE_ROUTER = 8  # of MOE_FIXED: pre-MLP norm, router GEMM, fp32 cast, top-k/softmax (2), aux/z losses (3)
 MOE_PREPROCESS = 2  # of MOE_FIXED: token counts per expert
 SHARED_EXPERT = (4, 2)
+GSHARD_FIXED = (57, 5)  # legacy GShard MoE, plus GSHARD_PER_EXPERT per local expert (see above)
+GSHARD_PER_EXPERT = (6, 3)
+GSHARD_EXPERT_COLLECTIVES = 3  # per local expert, under sequence-parallel TP
 FLEX_FUSED = 5  # kernels the flex dispatcher folds into dispatch/combine
 SP_COLLECTIVES = 4
 ETP_COLLECTIVES = 2
@@ -93,6 +108,7 @@ def layer_kernels(
     recompute: str,
     fp8_recipe: str = "tensorwise",
     cuda_graph_scope: str = "none",
+    gshard: bool = False,
 ) -> LayerKernels:
     mixer, mlp = m.kind_parts(kind)
     is_moe = mlp == "moe"
@@ -102,7 +118,13 @@ def layer_kernels(
         float(k) if (mixer == "mamba" and "mamba" in parts) or (mixer and mixer != "mamba" and "attn" in parts) else 0.0
     )
     syncs = 0.0
-    if is_moe:
+    if is_moe and gshard:
+        local = max(1, (m.num_experts or 1) // cfg.ep)
+        per = GSHARD_PER_EXPERT[0] + (GSHARD_EXPERT_COLLECTIVES if cfg.etp > 1 else 0)
+        k += GSHARD_FIXED[0] + local * per
+        g += GSHARD_FIXED[1] + local * GSHARD_PER_EXPERT[1]
+        syncs = 1.0
+    elif is_moe:
         local = max(1, (m.num_experts or 1) // cfg.ep)
         moe_k = MOE_FIXED[0] + 2 * local - (FLEX_FUSED if dispatcher == "flex" else 0)
         k += moe_k
