@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 # Element-wise passes over a [t, h] bf16 tensor per layer forward: two norms (read+write each), two
 # residual adds (2 reads + 1 write), rotary embedding on Q/K, dropout/bias fusions -- an assumption.
 ELEMENTWISE_PASSES_H = 14
-# Permute + unpermute of routed tokens, read + write each, forward.
+# Permute + unpermute of routed tokens, read + write each, forward (of the rows the dispatcher permutes).
 PERMUTE_PASSES = 4
 # HBM bytes per quantised element by FP8 recipe: read the BF16 tensor, write the FP8 copy the GEMM reads
 # and the transposed (column-wise) copy the other backward GEMM reads; per-tensor recipes first read the
@@ -111,7 +111,14 @@ def layer_compute(
             disp_f, disp_b = gshard_dispatch(dev, ts, k * st.gshard_capacity_factor * ts, h)
         else:
             exp_f = cm.expert_gemms(did, rows_per_expert, local, cfg.etp)
-            disp_f = memory_time(dev, PERMUTE_PASSES * k * ts * h * BF16)
+            # the alltoall and flex dispatchers permute the k copies of the rank's own tokens before sending them;
+            # the allgather dispatcher permutes after gathering the EP x TP group's tokens, the rows its local
+            # experts take (MoEAllGatherTokenDispatcher.token_permutation: permute(hidden_states, local_map) on
+            # the gathered set, NVIDIA/Megatron-LM megatron/core/transformer/moe/token_dispatcher.py@0014f137;
+            # MindSpeed's allgather_token_permutation indexes it by global_local_map, then by the sort indices,
+            # mindspeed/core/transformer/moe/token_dispatcher.py@4ea42a23; unpermute scatters them back)
+            rows = routed_rows if st.dispatcher == "allgather" else k * ts
+            disp_f = memory_time(dev, PERMUTE_PASSES * rows * h * BF16)
             disp_b = 2 * disp_f
         f_comp += imb * exp_f + router + disp_f
         b_comp += imb * 2 * exp_f + 2 * router + disp_b
