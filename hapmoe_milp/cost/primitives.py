@@ -81,10 +81,14 @@ def ep_overlap_host_hidden(dev: DeviceSpec, dispatcher: str, host_fwd: float, ot
     the host issues the forward attention, then the other micro-batch's expert backward, then the forward
     dispatch. The dropless dispatcher's host sync on the token counts (``token_dispatcher.py``@core_v0.16.0,
     ``_maybe_dtoh_and_synchronize``: D2H copy issued after the forward preprocess, ``d2h_event.synchronize()``
-    before the all-to-all) therefore waits with the backward's expert GEMMs still queued behind it, so the
-    device does not drain at the sync, and the host issues the forward's expert path (per-expert
+    before the all-to-all) therefore waits while the backward's expert GEMMs, issued just before it, keep the
+    device busy, so the device does not drain at the sync, and the host issues the forward's expert path (per-expert
     quantisation and GEMMs, the launch-bound part of a fine-grained MoE layer) while the device runs that
-    backward. The same schedule share that hides the all-to-all (``flex_overlap`` / ``ep_overlap``) hides
+    backward (the attention node issues the counts' D2H copy, ``fine_grained_callables.py``@core_v0.16.0
+    ``submodule_attn_forward``; the wait is in ``submodule_dispatch_forward``; only
+    ``moe_router_padding_for_quantization`` moves it before the first permutation, which the Qwen3 recipes leave
+    off: Megatron-Bridge ``src/megatron/bridge/recipes/qwen/qwen3_moe.py``@63edb94374). The same schedule share
+    that hides the all-to-all (``flex_overlap`` / ``ep_overlap``) hides
     this idle, up to the backward computation it runs beside: ``share x min(host_fwd, other_bwd_compute)``.
     """
     if host_fwd <= 0 or other_bwd_compute <= 0:
