@@ -39,9 +39,19 @@ Counted per forward (each is one kernel unless said otherwise):
 - FP8 quantises each GEMM's activation input in the forward and its output gradient in the backward
   (weights once per step: Transformer Engine caches their FP8 copy across the micro-batches of a step).
   Dense GEMMs get one cast kernel each (their inputs come from norms and activations). Routed experts'
-  inputs arrive by permute and are quantised per expert: per-tensor scaling (tensorwise) launches
-  an amax reduction and a cast per tensor, block-scaled recipes (mxfp8, blockwise) one fused cast. The
-  router GEMM stays in BF16.
+  inputs arrive by permute and are quantised per expert: Transformer Engine's ``GroupedLinear`` calls
+  ``tex.split_quantize`` (``transformer_engine/pytorch/module/grouped_linear.py``@v2.12 (5671fd3675),
+  forward and backward), which quantises each expert's split on its own unless every quantizer is a
+  delayed-scaling one (``pytorch/csrc/extensions/cast.cpp``@v2.12, ``multi_tensor_quantize_impl`` and
+  ``split_quantize``: only ``Float8Quantizer`` takes the fused ``nvte_multi_cast_transpose``). Megatron's
+  ``tensorwise`` recipe is TE's ``Float8CurrentScaling`` (``megatron/core/fp8_utils.py``@core_v0.16.0
+  (3bec9aa97d), lines 561-562), whose quantize is four launches per tensor: zero the amax and reduce it
+  (``common/recipe/current_scaling.cu``@v2.12 ``launch_amax_kernel``: ``zero_amax_kernel`` then the amax
+  kernel), compute the scale (``compute_scale_from_amax_kernel``) and cast (``pytorch/csrc/quantizer.cpp``
+  @v2.12, ``Float8CurrentScalingQuantizer::quantize_impl``); block-scaled recipes (mxfp8, blockwise) are
+  one fused cast (``MXFP8Quantizer::quantize``: one ``nvte_quantize_v2``; their GEMM-swizzled scales come
+  out of that cast, ``optimize_for_gemm`` set by ``GroupedLinear._get_quantizers``@v2.12, so no separate
+  swizzle kernel). The router GEMM stays in BF16.
 - gated DeltaNet and Mamba mixers: ``cost.mixers`` (``GDN_KERNELS``, ``MAMBA2_KERNELS``, ``MAMBA1_KERNELS``);
   a hybrid model's one-sub-layer layers count only their sub-layer (and half the SP collectives).
 
@@ -58,7 +68,13 @@ all its kernels, forward and backward (Transformer Engine captures both passes).
 host sync stays: a graph cannot wait on a host-read count.
 
 Syncs: the dropless router needs each expert's token count on the host to size the grouped GEMM and
-the dispatch buffers, one sync per MoE layer forward (the backward reuses the counts).
+the dispatch buffers, one sync per MoE layer forward (the backward reuses the counts). Read from the code:
+the all-to-all dispatcher copies its counts and splits to the host on a side stream at one point and
+waits once (``megatron/core/transformer/moe/token_dispatcher.py``@core_v0.16.0 (3bec9aa97d),
+``_maybe_dtoh_and_synchronize``: one ``d2h_event.synchronize()`` at ``cuda_sync_point``, the earliest point
+that needs a host value); its backward all-to-alls reuse those host split lists and the grouped GEMM's
+backward its saved ``m_splits`` (``grouped_linear.py``@v2.12 ``ctx.m_splits``), so the backward makes none.
+The flex dispatcher's DeepEP path reads ``tokens_per_expert.sum().item()`` once per forward (same file).
 """
 
 from __future__ import annotations
@@ -87,8 +103,9 @@ CP_PER_STEP = 3
 BWD_PER_GEMM = 2.0
 BWD_PER_OTHER = 1.5
 MTP_EXTRA = (6, 2)  # 2h->h projection, its norms, logits GEMM, cross-entropy
-#: FP8 quantisation kernels per FP8 GEMM, forward (input) and backward (output gradient), by recipe
-FP8_QUANT_KERNELS = {"tensorwise": 2, "blockwise": 1, "mxfp8": 1}
+#: FP8 quantisation kernels per routed-expert FP8 GEMM, forward (input) and backward (output gradient), by
+#: recipe: current scaling zeroes and reduces the amax, computes the scale and casts (TE v2.12, see above)
+FP8_QUANT_KERNELS = {"tensorwise": 4, "blockwise": 1, "mxfp8": 1}
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from hapmoe_milp.cost.primitives import (
     FP32,
     collective_time,
     dispatch_time,
+    ep_overlap_host_hidden,
     gemm_time,
     host_overhead,
     memory_time,
@@ -247,6 +248,8 @@ class CostModel:
         )
         host_f = host_overhead(kern.fwd, dev, kern.syncs_fwd)
         host_b = host_overhead(kern.bwd, dev, kern.syncs_bwd)
+        if st.overlap_ep_comm and base.is_moe and base.ep_total > 0:
+            host_f -= ep_overlap_host_hidden(dev, st.dispatcher, host_f, c.b_comp)
         # ---- memory: stored activations and the working set under this recompute
         act = stored_bytes(base.terms, spec, st.offload_modules)
         work = layer_working_bytes(m, st, cfg, b, kind, base.terms, spec, c.routed_rows)
