@@ -339,6 +339,11 @@ class Settings:
     # 2023-24 LLaMA): it keeps more per layer than Megatron-Core with Transformer Engine (cost/memory.py,
     # ``_legacy_terms``). For judging measurements of such runs; no exporter writes it (Megatron-Core only).
     legacy_model: bool = False
+    # ModelLink's legacy GShard MoE layer (MindSpeed ``ascendspeed/components/moe`` @224ae35e, DeepSpeed-style,
+    # run by MindSpeed-LLM's non-Mcore Mixtral) with this training capacity factor (``--moe-train-capacity-factor``);
+    # 0 = Megatron-Core's dropless MoE. Priced in cost/layer.py and CostModel._ep_comm; for judging measurements of
+    # such runs: no exporter writes it.
+    gshard_capacity_factor: float = 0.0
     # Host side of optimizer offload (HAPMoE offloads FP32 optimizer states for Mixtral-L on its smallest
     # clusters). Assumptions, not measurements: per-device host-link share and CPU Adam rate per rank.
     offload_host_GBps: float = 10.0
@@ -348,6 +353,13 @@ class Settings:
         for name, v in _checked(self).items():
             if v is not getattr(self, name):
                 object.__setattr__(self, name, v)
+
+    @property
+    def expert_rows_factor(self) -> float:
+        """Routed rows each expert runs, relative to its balanced share: the GShard layer pads every expert to
+        its capacity (tokens past it are dropped), so the capacity factor; dropless Megatron-Core the
+        load-imbalance factor."""
+        return self.gshard_capacity_factor or self.imbalance
 
     def with_(self, **kw: object) -> Settings:
         return replace(self, **kw)  # type: ignore[arg-type]
@@ -370,6 +382,7 @@ def _checked(s: Settings) -> dict[str, Any]:
         "precision": check_choice("precision", s.precision, PRECISIONS),
         "fp8_recipe": check_choice("fp8_recipe", s.fp8_recipe, FP8_RECIPES),
         "imbalance": check_float("imbalance", s.imbalance, 1.0, MAX_IMBALANCE),
+        "gshard_capacity_factor": check_float("gshard_capacity_factor", s.gshard_capacity_factor, 0.0, MAX_IMBALANCE),
         "dispatcher": check_choice("dispatcher", s.dispatcher, DISPATCHERS),
         "memory_headroom": check_float("memory_headroom", s.memory_headroom, 0.0, 0.9),
         "offload_host_GBps": check_float("offload_host_GBps", s.offload_host_GBps, 0.0, 1e6, lo_open=True),
@@ -397,6 +410,11 @@ def _checked(s: Settings) -> dict[str, Any]:
         raise SettingsError("needs precision fp8", field="fp8_param_gather")
     if out["legacy_model"] and out["precision"] != "bf16":
         raise SettingsError("the pre-Core model is priced in BF16 only", field="legacy_model")
+    if 0.0 < out["gshard_capacity_factor"] < 1.0:
+        raise SettingsError(
+            "a GShard capacity factor below 1 drops tokens of a balanced load; give 0 (dropless) or >= 1",
+            field="gshard_capacity_factor",
+        )
     if out["fsdp"] != "none" and out["optimizer_offload"]:
         raise SettingsError("Megatron-FSDP and optimizer CPU offload are not combined here", field="fsdp")
     if (out["optimizer_state_dtype"] != "fp32" or out["main_params_dtype"] != "fp32") and not out[

@@ -436,3 +436,23 @@ def test_layer_costs_are_memoised_per_option():
     a = cm.layer("syn", cfg(dp=8, ep=4), 1, "moe", "none")
     assert cm.layer("syn", cfg(dp=8, ep=4), 1, "moe", "none") is a
     assert replace(a, fwd=0.0) != a
+
+
+# (tp, ep): the allgather dispatcher permutes the rows its local experts take out of the EP x TP group's
+# gathered tokens (k * S * EP * ETP / TP * local / E); alltoall permutes the k copies of its own S / TP tokens
+@pytest.mark.parametrize(("tp", "ep"), [(1, 1), (2, 1), (4, 1), (2, 2), (1, 4)])
+def test_allgather_dispatcher_permutes_the_gathered_rows_of_its_local_experts(tp, ep):
+    bw, seq, k, h, E = 1000.0, 4096, 2, 1024, 8  # tiny_moe: h 1024, 8 experts top-2
+
+    def compute(dispatcher: str) -> float:
+        cm = CostModel(
+            tiny_moe(),
+            synthetic_cluster(synthetic_device(mem_GBps=bw)),
+            Settings(seq_length=seq, dispatcher=dispatcher),
+        )
+        return cm.layer("syn", ParallelConfig(tp=tp, dp=8 // tp, ep=ep, etp=tp), 1, "moe", "none").compute
+
+    gathered = k * seq * ep * tp / tp * (E // ep) / E
+    own = k * seq / tp
+    expected = 3 * 4 * 2 * (gathered - own) * h / (bw * 1e9)  # 4 passes of BF16, forward + 2x backward
+    assert compute("allgather") - compute("alltoall") == pytest.approx(expected, rel=1e-9, abs=1e-15)

@@ -245,6 +245,7 @@ CASES: list[Case] = [
     # MindSpeed-LLM's Megatron core_v0.12.1 has neither --overlap-moe-expert-parallel-comm nor --cuda-graph-impl
     Case("rule_runtime_overlap_and_graphs", GOOD_MS, "mindspeed", kw={"settings": Settings(overlap_ep_comm=True)}),
     Case("rule_runtime_legacy_model", GOOD_MG, kw={"settings": Settings(legacy_model=True)}),
+    Case("rule_runtime_gshard_moe", GOOD_MS, "mindspeed", kw={"settings": Settings(gshard_capacity_factor=1.1)}),
     # ---- MindSpeed-LLM target, edited arguments
     Case(
         "rule_ms_num_layer_list",

@@ -52,6 +52,8 @@ SETTING_BOOLS = (
 #: script leaves at Megatron's defaults (FlagPerf's LLaMA-3 launches tie the embeddings, keep linear biases and
 #: learned absolute position embeddings)
 MODEL_BOOLS = ("untie_embeddings_and_output_weights", "add_bias_linear", "learned_absolute_position_embedding")
+#: numeric settings a run may state (checked by config.Settings like every other setting)
+SETTING_FLOATS = ("gshard_capacity_factor",)
 # memory-related settings a run may state (checked by config.Settings like every other setting)
 SETTING_STRS = ("optimizer_state_dtype", "main_params_dtype", "fsdp", "offload_modules")
 #: What a measured peak is: live tensors (torch max_memory_allocated), the caching allocator's reserved peak,
@@ -78,6 +80,7 @@ COLUMNS = (
     "dispatcher",
     "cuda_graph_scope",
     *SETTING_BOOLS,
+    *SETTING_FLOATS,
     *SETTING_STRS,
     *MODEL_BOOLS,
     *MEASURES,
@@ -171,6 +174,9 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
     value = math.nan if memory_only else f.float_(measures[0], within=MEASURE_RANGES[measures[0]])
     layout = f.str_("layout", None)
     flags: dict[str, Any] = {k: f.bool_(k) for k in SETTING_BOOLS if f.has(k)}
+    for k in SETTING_FLOATS:
+        if f.has(k):
+            flags[k] = f.float_(k, allow_zero=True)
     for k in SETTING_STRS:
         if f.has(k):
             v = f.raw(k)

@@ -21,15 +21,37 @@ Counted per forward (each is one kernel unless said otherwise):
   experts; shared experts add fc1, activation, fc2 and the add (4, 2 GEMMs). The flex dispatcher
   (DeepEP/HybridEP) fuses the count exchange, permute and unpermute into its dispatch/combine kernels
   (5 fewer).
+- ModelLink's legacy GShard MoE (``Settings.gshard_capacity_factor``; MindSpeed ascendspeed/components/moe
+  @224ae35e gate.py, moe_layer.py, experts.py, utils.py; experts ModelLink modellink/model/moe.py @0c8163f9de),
+  counted from the code instead of the MoE MLP above: pre-MLP norm and residual add (2); the gate's FP32 cast
+  and linear (2), softmax, top-k, one-hot (3), two cumsums and their -1 (4), the first choice's count and the
+  second's offset (2), the expert counts and their copy to the host (2), the auxiliary loss (8: two means, a
+  cast, a mean of the product and three scalings), the two capacity masks (4), the two slot locations (4),
+  two casts (2), two bmm gate sums (2), their normalisation (4: add, clamp, two divides), two weighted masks
+  (2), two one-hot slot tensors with their casts (4), two [S, E, C] products and their sum (3), the bool
+  dispatch mask (1); the layer's two casts of the masks (2), dispatch and combine matmuls (2, plus the
+  transposed operand's copy, 1), the all-to-all each way (2) and the concatenation of the experts' outputs
+  (1) = 57 (5 GEMMs: gate, two bmm, dispatch, combine); per local expert its input copy, w1 and w3 GEMMs, SiLU, product and w2 GEMM (6, 3 GEMMs), and
+  under sequence-parallel TP the all-gathers before w1 and w3 and the reduce-scatter after w2 (3).
 - sequence-parallel TP adds an all-gather and a reduce-scatter around each block (4); expert-TP adds an
   all-gather and a reduce-scatter of the routed tokens (2); each context-parallel ring step adds a send,
   a receive and an attention-output correction (3).
 - FP8 quantises each GEMM's activation input in the forward and its output gradient in the backward
   (weights once per step: Transformer Engine caches their FP8 copy across the micro-batches of a step).
   Dense GEMMs get one cast kernel each (their inputs come from norms and activations). Routed experts'
-  inputs arrive by permute and are quantised per expert: per-tensor scaling (tensorwise) launches
-  an amax reduction and a cast per tensor, block-scaled recipes (mxfp8, blockwise) one fused cast. The
-  router GEMM stays in BF16.
+  inputs arrive by permute and are quantised per expert: Transformer Engine's ``GroupedLinear`` calls
+  ``tex.split_quantize`` (``transformer_engine/pytorch/module/grouped_linear.py``@v2.12 (5671fd3675),
+  forward and backward), which quantises each expert's split on its own unless every quantizer is a
+  delayed-scaling one (``pytorch/csrc/extensions/cast.cpp``@v2.12, ``multi_tensor_quantize_impl`` and
+  ``split_quantize``: only ``Float8Quantizer`` takes the fused ``nvte_multi_cast_transpose``). Megatron's
+  ``tensorwise`` recipe is TE's ``Float8CurrentScaling`` (``megatron/core/fp8_utils.py``@core_v0.16.0
+  (3bec9aa97d), lines 561-562), whose quantize is four launches per tensor: zero the amax and reduce it
+  (``common/recipe/current_scaling.cu``@v2.12 ``launch_amax_kernel``: ``zero_amax_kernel`` then the amax
+  kernel), compute the scale (``compute_scale_from_amax_kernel``) and cast (``pytorch/csrc/quantizer.cpp``
+  @v2.12, ``Float8CurrentScalingQuantizer::quantize_impl``); block-scaled recipes (mxfp8, blockwise) are
+  one fused cast (``MXFP8Quantizer::quantize``: one ``nvte_quantize_v2``; their GEMM-swizzled scales come
+  out of that cast, ``optimize_for_gemm`` set by ``GroupedLinear._get_quantizers``@v2.12, so no separate
+  swizzle kernel). The router GEMM stays in BF16.
 - gated DeltaNet and Mamba mixers: ``cost.mixers`` (``GDN_KERNELS``, ``MAMBA2_KERNELS``, ``MAMBA1_KERNELS``);
   a hybrid model's one-sub-layer layers count only their sub-layer (and half the SP collectives).
 
@@ -46,7 +68,13 @@ all its kernels, forward and backward (Transformer Engine captures both passes).
 host sync stays: a graph cannot wait on a host-read count.
 
 Syncs: the dropless router needs each expert's token count on the host to size the grouped GEMM and
-the dispatch buffers, one sync per MoE layer forward (the backward reuses the counts).
+the dispatch buffers, one sync per MoE layer forward (the backward reuses the counts). Read from the code:
+the all-to-all dispatcher copies its counts and splits to the host on a side stream at one point and
+waits once (``megatron/core/transformer/moe/token_dispatcher.py``@core_v0.16.0 (3bec9aa97d),
+``_maybe_dtoh_and_synchronize``: one ``d2h_event.synchronize()`` at ``cuda_sync_point``, the earliest point
+that needs a host value); its backward all-to-alls reuse those host split lists and the grouped GEMM's
+backward its saved ``m_splits`` (``grouped_linear.py``@v2.12 ``ctx.m_splits``), so the backward makes none.
+The flex dispatcher's DeepEP path reads ``tokens_per_expert.sum().item()`` once per forward (same file).
 """
 
 from __future__ import annotations
@@ -65,6 +93,9 @@ MOE_FIXED = (20, 1)  # plus 2 GEMMs per local expert
 MOE_ROUTER = 8  # of MOE_FIXED: pre-MLP norm, router GEMM, fp32 cast, top-k/softmax (2), aux/z losses (3)
 MOE_PREPROCESS = 2  # of MOE_FIXED: token counts per expert
 SHARED_EXPERT = (4, 2)
+GSHARD_FIXED = (57, 5)  # legacy GShard MoE, plus GSHARD_PER_EXPERT per local expert (see above)
+GSHARD_PER_EXPERT = (6, 3)
+GSHARD_EXPERT_COLLECTIVES = 3  # per local expert, under sequence-parallel TP
 FLEX_FUSED = 5  # kernels the flex dispatcher folds into dispatch/combine
 SP_COLLECTIVES = 4
 ETP_COLLECTIVES = 2
@@ -72,8 +103,9 @@ CP_PER_STEP = 3
 BWD_PER_GEMM = 2.0
 BWD_PER_OTHER = 1.5
 MTP_EXTRA = (6, 2)  # 2h->h projection, its norms, logits GEMM, cross-entropy
-#: FP8 quantisation kernels per FP8 GEMM, forward (input) and backward (output gradient), by recipe
-FP8_QUANT_KERNELS = {"tensorwise": 2, "blockwise": 1, "mxfp8": 1}
+#: FP8 quantisation kernels per routed-expert FP8 GEMM, forward (input) and backward (output gradient), by
+#: recipe: current scaling zeroes and reduces the amax, computes the scale and casts (TE v2.12, see above)
+FP8_QUANT_KERNELS = {"tensorwise": 4, "blockwise": 1, "mxfp8": 1}
 
 
 @dataclass(frozen=True)
@@ -93,6 +125,7 @@ def layer_kernels(
     recompute: str,
     fp8_recipe: str = "tensorwise",
     cuda_graph_scope: str = "none",
+    gshard: bool = False,
 ) -> LayerKernels:
     mixer, mlp = m.kind_parts(kind)
     is_moe = mlp == "moe"
@@ -102,7 +135,13 @@ def layer_kernels(
         float(k) if (mixer == "mamba" and "mamba" in parts) or (mixer and mixer != "mamba" and "attn" in parts) else 0.0
     )
     syncs = 0.0
-    if is_moe:
+    if is_moe and gshard:
+        local = max(1, (m.num_experts or 1) // cfg.ep)
+        per = GSHARD_PER_EXPERT[0] + (GSHARD_EXPERT_COLLECTIVES if cfg.etp > 1 else 0)
+        k += GSHARD_FIXED[0] + local * per
+        g += GSHARD_FIXED[1] + local * GSHARD_PER_EXPERT[1]
+        syncs = 1.0
+    elif is_moe:
         local = max(1, (m.num_experts or 1) // cfg.ep)
         moe_k = MOE_FIXED[0] + 2 * local - (FLEX_FUSED if dispatcher == "flex" else 0)
         k += moe_k

@@ -21,13 +21,36 @@ if TYPE_CHECKING:
 # Element-wise passes over a [t, h] bf16 tensor per layer forward: two norms (read+write each), two
 # residual adds (2 reads + 1 write), rotary embedding on Q/K, dropout/bias fusions -- an assumption.
 ELEMENTWISE_PASSES_H = 14
-# Permute + unpermute of routed tokens, read + write each, forward.
+# Permute + unpermute of routed tokens, read + write each, forward (of the rows the dispatcher permutes).
 PERMUTE_PASSES = 4
 # HBM bytes per quantised element by FP8 recipe: read the BF16 tensor, write the FP8 copy the GEMM reads
 # and the transposed (column-wise) copy the other backward GEMM reads; per-tensor recipes first read the
 # tensor once more for its amax; block-scaled recipes write a scale per block (1/32 or 1/128 byte).
 FP8_CAST_BYTES = {"tensorwise": 6.0, "blockwise": 4.0, "mxfp8": 4.0}
 FUSED_CAST_BYTES = 3.0  # a cast folded into the producing kernel: read BF16 once more, write FP8
+
+
+# ModelLink's legacy GShard MoE (MindSpeed ascendspeed/components/moe @224ae35e, gate.py top2gating): the
+# [S, E, C] FP32 tensors the gate builds per token, expert and capacity slot, in HBM bytes per element forward:
+# combine1_sec and combine2_sec written (4 + 4), their sum (read 8, write 4), dispatch_mask = .bool() (read 4,
+# write 1), dispatch_mask.type_as(bf16) (read 1, write 2), combine_weights.type_as(bf16) (read 4, write 2)
+GSHARD_MASK_BYTES = 34.0
+
+
+def gshard_dispatch(dev: DeviceSpec, s: float, ec: float, h: float) -> tuple[float, float]:
+    """(forward, backward) seconds of the legacy GShard layer's token dispatch and combine on one rank.
+
+    moe_layer.py and utils.einsum (MindSpeed ascendspeed/components/moe @224ae35e) run both as dense matmuls
+    over every (token, expert, capacity slot): dispatch ``[E*C, S] @ [S, h]`` and combine ``[S, E*C] @ [E*C, h]``,
+    with ``E*C = capacity factor x k x S`` for the ``S`` tokens the gate sees, plus the gate's ``[S, E, C]``
+    masks (:data:`GSHARD_MASK_BYTES`). Backward: the dispatch mask carries no gradient (one matmul, for the
+    input), the combine weights do (two matmuls); the mask passes at twice the forward, as every element-wise
+    pass here.
+    """
+    disp = gemm_time(dev, ec, h, s, "bf16")
+    comb = gemm_time(dev, s, h, ec, "bf16")
+    masks = memory_time(dev, GSHARD_MASK_BYTES * s * ec)
+    return disp + comb + masks, disp + 2 * comb + 2 * masks
 
 
 class Compute(NamedTuple):
@@ -81,13 +104,25 @@ def layer_compute(
         local = E // cfg.ep
         rows_per_expert = k * t * cfg.ep * cfg.etp / (tp * E)
         routed_rows = rows_per_expert * local
-        imb = st.imbalance
-        exp_f = cm.expert_gemms(did, rows_per_expert, local, cfg.etp)
+        imb = st.expert_rows_factor
         router = gemm_time(dev, ts, E, h, "bf16") + memory_time(dev, 4 * ts * E * FP32)
-        permute = memory_time(dev, PERMUTE_PASSES * k * ts * h * BF16)
-        f_comp += imb * exp_f + router + permute
-        b_comp += imb * 2 * exp_f + 2 * router + 2 * permute
-        moe_f = imb * exp_f + router + permute
+        if st.gshard_capacity_factor:
+            exp_f = cm.expert_gemms(did, rows_per_expert, local, cfg.etp, grouped=False)
+            disp_f, disp_b = gshard_dispatch(dev, ts, k * st.gshard_capacity_factor * ts, h)
+        else:
+            exp_f = cm.expert_gemms(did, rows_per_expert, local, cfg.etp)
+            # the alltoall and flex dispatchers permute the k copies of the rank's own tokens before sending them;
+            # the allgather dispatcher permutes after gathering the EP x TP group's tokens, the rows its local
+            # experts take (MoEAllGatherTokenDispatcher.token_permutation: permute(hidden_states, local_map) on
+            # the gathered set, NVIDIA/Megatron-LM megatron/core/transformer/moe/token_dispatcher.py@0014f137;
+            # MindSpeed's allgather_token_permutation indexes it by global_local_map, then by the sort indices,
+            # mindspeed/core/transformer/moe/token_dispatcher.py@4ea42a23; unpermute scatters them back)
+            rows = routed_rows if st.dispatcher == "allgather" else k * ts
+            disp_f = memory_time(dev, PERMUTE_PASSES * rows * h * BF16)
+            disp_b = 2 * disp_f
+        f_comp += imb * exp_f + router + disp_f
+        b_comp += imb * 2 * exp_f + 2 * router + disp_b
+        moe_f = imb * exp_f + router + disp_f
         if m.moe_shared_expert_intermediate_size:
             sh = shared_f = cm._mlp_gemms(dev, t, m.moe_shared_expert_intermediate_size / tp, prec)
             f_comp += sh
@@ -112,7 +147,7 @@ def layer_compute(
                 ins += t * (h + m.moe_shared_expert_intermediate_size / tp)
         elif mlp_kind == "dense":
             ins += t * (h + m.ffn / tp)
-        cast = memory_time(dev, FUSED_CAST_BYTES * ins + FP8_CAST_BYTES[st.fp8_recipe] * routed * st.imbalance)
+        cast = memory_time(dev, FUSED_CAST_BYTES * ins + FP8_CAST_BYTES[st.fp8_recipe] * routed * st.expert_rows_factor)
         f_comp += cast
         b_comp += 2 * cast
 

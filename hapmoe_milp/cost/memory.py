@@ -298,7 +298,7 @@ def activation_terms(
     elif mixer is not None:
         out += _mixer_terms(m, mixer, ts, q8, st.dropout)
     if mlp_kind == "moe":
-        out += _moe_terms(m, cfg, ts, routed_rows * st.imbalance, q8, st.dropout)
+        out += _moe_terms(m, cfg, ts, routed_rows * st.expert_rows_factor, q8, st.dropout)
     elif mlp_kind == "dense":
         out += _mlp_terms(m, ts, q8, st.dropout)
     if st.legacy_model:
@@ -355,7 +355,7 @@ def layer_working_bytes(
     """One layer's working set (:func:`working_bytes`) with its dispatch rows (``routed_rows`` times the
     load imbalance, MoE layers only) and, for an MTP layer, its own logits and loss (:func:`head_bytes`)."""
     moe = m.kind_parts(kind)[1] == "moe"
-    work = working_bytes(terms, spec, routed_rows * st.imbalance if moe else 0.0, m.hidden_size)
+    work = working_bytes(terms, spec, routed_rows * st.expert_rows_factor if moe else 0.0, m.hidden_size)
     if kind == "mtp":
         work += head_bytes(m, st, cfg, b)[1]
     return work

@@ -41,6 +41,7 @@ from hapmoe_milp.cost.primitives import (
     FP32,
     collective_time,
     dispatch_time,
+    ep_overlap_host_hidden,
     gemm_time,
     host_overhead,
     memory_time,
@@ -243,9 +244,12 @@ class CostModel:
             "full" if spec.granularity == "full" else "none",
             st.fp8_recipe,
             st.cuda_graph_scope,
+            gshard=bool(st.gshard_capacity_factor),
         )
         host_f = host_overhead(kern.fwd, dev, kern.syncs_fwd)
         host_b = host_overhead(kern.bwd, dev, kern.syncs_bwd)
+        if st.overlap_ep_comm and base.is_moe and base.ep_total > 0:
+            host_f -= ep_overlap_host_hidden(dev, st.dispatcher, host_f, c.b_comp)
         # ---- memory: stored activations and the working set under this recompute
         act = stored_bytes(base.terms, spec, st.offload_modules)
         work = layer_working_bytes(m, st, cfg, b, kind, base.terms, spec, c.routed_rows)
@@ -348,13 +352,19 @@ class CostModel:
             fsdp_b=fsdp_b,
         )
 
-    def expert_gemms(self, did: str, rows_per_expert: float, local: int, etp: int) -> float:
+    def expert_gemms(self, did: str, rows_per_expert: float, local: int, etp: int, grouped: bool = True) -> float:
         """Forward of ``local`` routed experts with ``rows_per_expert`` rows each at width F/ETP: the two
-        grouped GEMMs and the activation function (backward is twice this; imbalance not included)."""
+        grouped GEMMs and the activation function (backward is twice this; imbalance not included).
+        ``grouped=False``: a loop of dense GEMMs, one expert at a time, with separate gate and up projections
+        (the legacy GShard layer's Experts of MixtralParallelMLPBM: w1, w3, w2)."""
         m, dev = self.model, self.device(did)
         fe, h, prec = m.expert_ffn, m.hidden_size, self.settings.precision
-        t = gemm_time(dev, rows_per_expert, (m.glu - 1) * fe / etp, h, prec, groups=local)
-        t += gemm_time(dev, rows_per_expert, h, fe / etp, prec, groups=local)
+        if grouped:
+            t = gemm_time(dev, rows_per_expert, (m.glu - 1) * fe / etp, h, prec, groups=local)
+            t += gemm_time(dev, rows_per_expert, h, fe / etp, prec, groups=local)
+        else:
+            t = local * (m.glu - 1) * gemm_time(dev, rows_per_expert, fe / etp, h, prec)
+            t += local * gemm_time(dev, rows_per_expert, h, fe / etp, prec)
         return t + memory_time(dev, 3 * rows_per_expert * local * fe / etp * BF16)
 
     def layer_split(self, did: str, tp: int, b: int, recompute: Recompute) -> LayerSplit:
@@ -366,9 +376,9 @@ class CostModel:
         lay = self.layer(did, cfg, b, "moe", recompute)
         E, k = m.num_experts or 1, m.moe_router_topk
         ts = b * st.seq_length / tp
-        routed = st.imbalance * self.expert_gemms(did, k * ts / E, E, 1)
+        routed = st.expert_rows_factor * self.expert_gemms(did, k * ts / E, E, 1)
         full = parse_recompute(recompute).granularity == "full"
-        routed_act = k * ts * st.imbalance * expert_row_bytes(m, st, 1, "none")
+        routed_act = k * ts * st.expert_rows_factor * expert_row_bytes(m, st, 1, "none")
         dense_f = dense_b = dense_act = 0.0
         if "dense" in m.layer_kinds:
             dl = self.layer(did, cfg, b, "dense", recompute)
@@ -464,7 +474,8 @@ class CostModel:
         m, st, h = self.model, self.settings, self.model.hidden_size
         k = m.moe_router_topk
         n_ep = cfg.ep * cfg.etp
-        if st.dispatcher == "allgather":
+        gshard = st.gshard_capacity_factor
+        if st.dispatcher == "allgather" and not gshard:
             if n_ep <= 1:
                 return 0.0
             size = n_ep * ts * h * BF16
@@ -481,7 +492,7 @@ class CostModel:
             local = max(1, min(cfg.ep, node // cfg.etp))
             nodes = cfg.ep / local
             E = m.num_experts or 1
-            if st.dispatcher == "flex":
+            if st.dispatcher == "flex" and not gshard:
                 # DeepEP/HybridEP send a token once per distinct destination node over the network and once
                 # per distinct destination rank over NVLink (forwarded inside the receiving node)
                 # (group-limited routing bounds the distinct destinations: cost/routing.py)
@@ -492,12 +503,20 @@ class CostModel:
                 # the alltoall dispatcher sends one copy per routed (token, expert) pair
                 inter = k * (1.0 - local / cfg.ep)
                 intra = k * local / cfg.ep
-            tok = ts * h * BF16 * st.imbalance
+            # (the GShard layer all-to-alls its whole [E, C, h] capacity buffer: k x capacity factor rows per token)
+            tok = ts * h * BF16 * st.expert_rows_factor
             frac = dev.intra.group_bandwidth_fraction(min(cfg.ep * cfg.etp, node), node)
-            out += 2 * dispatch_time(dev, st.dispatcher, intra * tok, inter * tok, frac)
+            out += 2 * dispatch_time(dev, "alltoall" if gshard else st.dispatcher, intra * tok, inter * tok, frac)
         if cfg.etp > 1:
             size = cfg.etp * k * ts * h * BF16
-            out += self.collective(dev, did, "all_gather", size, cfg.etp, cfg.etp)
+            if gshard:
+                # each expert of the GShard layer is a MixtralParallelMLPBM (ModelLink modellink/model/moe.py
+                # @0c8163f9de): w1 and w3 are separate ColumnParallelLinears, each all-gathering the expert's
+                # capacity rows under sequence parallelism, and w2 a RowParallelLinear reduce-scattering them
+                size *= gshard
+                out += 2 * self.collective(dev, did, "all_gather", size, cfg.etp, cfg.etp)
+            else:
+                out += self.collective(dev, did, "all_gather", size, cfg.etp, cfg.etp)
             out += self.collective(dev, did, "reduce_scatter", size, cfg.etp, cfg.etp)
         return out
 

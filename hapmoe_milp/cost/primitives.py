@@ -72,6 +72,32 @@ def host_overhead(kernels: float, dev: DeviceSpec, syncs: float = 0.0) -> float:
     return (kernels * rt.launch_us + syncs * rt.sync_us) * 1e-6
 
 
+def ep_overlap_host_hidden(dev: DeviceSpec, dispatcher: str, host_fwd: float, other_bwd_compute: float) -> float:
+    """Forward launch idle of a MoE layer that EP-communication overlap hides, per micro-batch.
+
+    Megatron's ``--overlap-moe-expert-parallel-comm`` runs one micro-batch's forward layer and another's
+    backward layer as one interleaved schedule (``TransformerLayerSchedulePlan.run``, Megatron-LM
+    ``megatron/core/models/common/model_chunk_schedule_plan.py``@core_v0.16.0 (3bec9aa97d), lines 190-254):
+    the host issues the forward attention, then the other micro-batch's expert backward, then the forward
+    dispatch. The dropless dispatcher's host sync on the token counts (``token_dispatcher.py``@core_v0.16.0,
+    ``_maybe_dtoh_and_synchronize``: D2H copy issued after the forward preprocess, ``d2h_event.synchronize()``
+    before the all-to-all) therefore waits while the backward's expert GEMMs, issued just before it, keep the
+    device busy, so the device does not drain at the sync, and the host issues the forward's expert path (per-expert
+    quantisation and GEMMs, the launch-bound part of a fine-grained MoE layer) while the device runs that
+    backward (the attention node issues the counts' D2H copy, ``fine_grained_callables.py``@core_v0.16.0
+    ``submodule_attn_forward``; the wait is in ``submodule_dispatch_forward``; only
+    ``moe_router_padding_for_quantization`` moves it before the first permutation, which the Qwen3 recipes leave
+    off: Megatron-Bridge ``src/megatron/bridge/recipes/qwen/qwen3_moe.py``@63edb94374). The same schedule share
+    that hides the all-to-all (``flex_overlap`` / ``ep_overlap``) hides
+    this idle, up to the backward computation it runs beside: ``share x min(host_fwd, other_bwd_compute)``.
+    """
+    if host_fwd <= 0 or other_bwd_compute <= 0:
+        return 0.0
+    rt = dev.runtime
+    share = rt.flex_overlap if dispatcher == "flex" else rt.ep_overlap
+    return share * min(host_fwd, other_bwd_compute)
+
+
 def dispatch_time(
     dev: DeviceSpec, dispatcher: str, intra_bytes: float, inter_bytes: float, intra_fraction: float = 1.0
 ) -> float:

@@ -179,3 +179,15 @@ def rule_runtime_legacy_model(ctx: Context) -> Iterator[Violation]:
             "settings.legacy_model",
             f"{ctx.runtime.title} launches Megatron-Core models; the pre-Core model is priced, not exported",
         )
+
+
+@rule()
+def rule_runtime_gshard_moe(ctx: Context) -> Iterator[Violation]:
+    """``gshard_capacity_factor`` prices ModelLink's legacy GShard MoE layer (MindSpeed ``ascendspeed/components/moe``),
+    for judging measurements of old runs; every runtime here launches Megatron-Core's MoE, so such a plan has
+    nothing to run it."""
+    if ctx.settings.gshard_capacity_factor and ctx.model.is_moe:
+        yield violation(
+            "settings.gshard_capacity_factor",
+            f"{ctx.runtime.title} launches Megatron-Core's MoE; the legacy GShard layer is priced, not exported",
+        )
