@@ -65,7 +65,9 @@ class Row:
     def terms(self) -> tuple[str, ...]:
         """The runtime terms this row's prediction depends on (so it bounds them)."""
         if self.kind == "gemm":
-            return ("gemm_scale", "fp8_gemm_scale") if self.shape.get("precision") == "fp8" else ("gemm_scale",)
+            terms = ("gemm_scale", "fp8_gemm_scale") if self.shape.get("precision") == "fp8" else ("gemm_scale",)
+            # a grouped GEMM (shape ``groups`` > 1, ``m`` rows per group) also reads the per-group tile term
+            return (*terms, "grouped_rows_half") if int(self.shape.get("groups", 1)) > 1 else terms
         if self.kind == "memory":
             return ("memory_efficiency",)
         if self.kind == "attention":
@@ -109,8 +111,10 @@ def predicted(dev: DeviceSpec, row: Row) -> float:
     """What the table predicts for the row's case, in the row's unit."""
     sh = row.shape
     if row.kind == "gemm":
-        t = gemm_time(dev, sh["m"], sh["n"], sh["k"], sh["precision"])
-        return 2 * sh["m"] * sh["n"] * sh["k"] / t / 1e12
+        # ``groups`` GEMMs of m x n x k each run as one grouped kernel (1: a plain GEMM); TFLOP/s over all groups
+        g = int(sh.get("groups", 1))
+        t = gemm_time(dev, sh["m"], sh["n"], sh["k"], sh["precision"], groups=g)
+        return 2 * sh["m"] * sh["n"] * sh["k"] * g / t / 1e12
     if row.kind == "memory":
         return dev.runtime.memory_efficiency * dev.memory_bandwidth_GBps
     if row.kind == "attention":
