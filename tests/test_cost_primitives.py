@@ -7,11 +7,20 @@ convention, link counting on a full mesh) or taken from a published number, neve
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from hapmoe_milp.cost.model import rails_per_node
-from hapmoe_milp.cost.primitives import attention_time, collective_time, gemm_time, memory_time, rail_busbw
+from hapmoe_milp.cost.primitives import (
+    EXPERT_GEMM_STREAMS,
+    attention_time,
+    collective_time,
+    expert_gemm_time,
+    gemm_time,
+    memory_time,
+    rail_busbw,
+)
 from hapmoe_milp.errors import TableRangeError
 from hapmoe_milp.specs import Catalog
 from hapmoe_milp.specs.device import PRIMITIVES, DeviceSpec, IntraNode
@@ -257,6 +266,56 @@ def test_partial_mesh_saturates_when_pairs_cover_the_device_bandwidth():
     intra = CAT.device("v100").intra
     assert intra.group_bandwidth_fraction(2, 8) == pytest.approx(50 / 150, rel=1e-12)
     assert intra.group_bandwidth_fraction(4, 8) == 1.0
+
+
+# ------------------------------------------------------------------------------------- routed-expert GEMMs
+# Efficiency 0.01 at one small expert GEMM (2*128*1024*1024 FLOPs = 2^28: latency-bound, the fixed cost) and 0.5
+# at 2^32 FLOPs; grouped_rows_half = 128 halves a grouped kernel's efficiency at 128 rows per expert. Memory is
+# made free (1e12 GB/s) so every time below is FLOPs / (efficiency x 100 TFLOP/s).
+_F1 = 2.0 * 128 * 1024 * 1024  # one expert's GEMM, 2^28 FLOPs
+_EXPERT_EFF = Table((2.0**28, 2.0**32), (0.01, 0.5))
+
+
+def _expert_device(vendor: str) -> DeviceSpec:
+    d = device(gemm_eff=_EXPERT_EFF, mem_GBps=1e12)
+    return replace(d, vendor=vendor, runtime=replace(d.runtime, grouped_rows_half=128.0))
+
+
+def test_transformer_engine_runs_four_expert_gemm_streams():
+    # TransformerEngine common/util/multi_stream.cpp@v2.12 (5671fd3675): num_compute_streams = 4
+    assert EXPERT_GEMM_STREAMS == {"nvidia": 4}
+
+
+@pytest.mark.parametrize(
+    ("vendor", "groups", "expected_s"),
+    [
+        # 16 experts (2^32 FLOPs in all) as one grouped kernel: eff 0.5 x 128/(128+128) = 0.25
+        ("huawei", 16, 16 * _F1 / (0.25 * 100e12)),
+        # same total work on TE's 4 streams: 4 experts back to back per stream, each at its lone eff 0.01
+        ("nvidia", 16, 4 * _F1 / (0.01 * 100e12)),
+        # 5 experts: ceil(5 / 4) = 2 on the busiest stream
+        ("nvidia", 5, 2 * _F1 / (0.01 * 100e12)),
+        # 3 experts fit one wave: one lone GEMM's time
+        ("nvidia", 3, 1 * _F1 / (0.01 * 100e12)),
+        # one expert is a plain GEMM on either stack (no grouped-rows factor)
+        ("nvidia", 1, _F1 / (0.01 * 100e12)),
+        ("huawei", 1, _F1 / (0.01 * 100e12)),
+    ],
+)
+def test_expert_gemms_pay_a_lone_gemm_per_stream_wave(vendor: str, groups: int, expected_s: float):
+    assert expert_gemm_time(_expert_device(vendor), 128, 1024, 1024, "bf16", groups) == pytest.approx(
+        expected_s, rel=1e-12
+    )
+
+
+def test_expert_gemms_on_streams_never_beat_the_grouped_throughput():
+    # 4096 rows per expert, 64 experts: total 2^40 FLOPs is off the table, so use a flat 0.5 curve. Grouped:
+    # eff 0.5 x 4096/(4096+128); one wave: 16 lone GEMMs at 0.5. Grouped is the slower, so it sets the time.
+    d = replace(_expert_device("nvidia"), gemm_efficiency=constant_table(0.5))
+    f1 = 2.0 * 4096 * 1024 * 1024
+    grouped = 64 * f1 / (0.5 * 4096 / (4096 + 128) * 100e12)
+    assert 16 * f1 / (0.5 * 100e12) < grouped
+    assert expert_gemm_time(d, 4096, 1024, 1024, "bf16", 64) == pytest.approx(grouped, rel=1e-12)
 
 
 # ------------------------------------------------------------------------------------------------ tables

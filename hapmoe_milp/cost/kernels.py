@@ -17,7 +17,8 @@ Counted per forward (each is one kernel unless said otherwise):
 - MoE MLP: pre-MLP norm, router GEMM, fp32 cast, fused top-k/softmax (2), auxiliary/z losses (3),
   token counts per expert (2), the count exchange (1), permute (2), dispatch (1), chunk sort (1),
   one fc1 and one fc2 GEMM *per local expert* (Transformer Engine's GroupedLinear issues a cuBLAS GEMM
-  per expert), activation, chunk sort back, combine, unpermute (2), bias-dropout-add = 20 + 2 x local
+  per expert, round-robin over 4 compute streams: ``cost.primitives.EXPERT_GEMM_STREAMS``, which prices their
+  device time with the same structure), activation, chunk sort back, combine, unpermute (2), bias-dropout-add = 20 + 2 x local
   experts; shared experts add fc1, activation, fc2 and the add (4, 2 GEMMs). The flex dispatcher
   (DeepEP/HybridEP) fuses the count exchange, permute and unpermute into its dispatch/combine kernels
   (5 fewer).

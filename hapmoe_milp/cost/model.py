@@ -42,6 +42,7 @@ from hapmoe_milp.cost.primitives import (
     collective_time,
     dispatch_time,
     ep_overlap_host_hidden,
+    expert_gemm_time,
     gemm_time,
     host_overhead,
     memory_time,
@@ -354,14 +355,15 @@ class CostModel:
 
     def expert_gemms(self, did: str, rows_per_expert: float, local: int, etp: int, grouped: bool = True) -> float:
         """Forward of ``local`` routed experts with ``rows_per_expert`` rows each at width F/ETP: the two
-        grouped GEMMs and the activation function (backward is twice this; imbalance not included).
+        grouped GEMMs (as the stack runs them: :func:`expert_gemm_time`) and the activation function (backward
+        is twice this; imbalance not included).
         ``grouped=False``: a loop of dense GEMMs, one expert at a time, with separate gate and up projections
         (the legacy GShard layer's Experts of MixtralParallelMLPBM: w1, w3, w2)."""
         m, dev = self.model, self.device(did)
         fe, h, prec = m.expert_ffn, m.hidden_size, self.settings.precision
         if grouped:
-            t = gemm_time(dev, rows_per_expert, (m.glu - 1) * fe / etp, h, prec, groups=local)
-            t += gemm_time(dev, rows_per_expert, h, fe / etp, prec, groups=local)
+            t = expert_gemm_time(dev, rows_per_expert, (m.glu - 1) * fe / etp, h, prec, local)
+            t += expert_gemm_time(dev, rows_per_expert, h, fe / etp, prec, local)
         else:
             t = local * (m.glu - 1) * gemm_time(dev, rows_per_expert, fe / etp, h, prec)
             t += local * gemm_time(dev, rows_per_expert, h, fe / etp, prec)

@@ -19,7 +19,8 @@ TILE_ROWS = 128  # assumed GEMM tile height (CUTLASS/cuBLAS/hipBLASLt class kern
 
 
 def gemm_time(dev: DeviceSpec, m: float, n: float, k: float, precision: str = "bf16", groups: int = 1) -> float:
-    """Seconds for ``groups`` GEMMs of (m x k) @ (k x n), run as one grouped kernel.
+    """Seconds for ``groups`` GEMMs of (m x k) @ (k x n), run as one grouped kernel (routed experts as a
+    training stack runs them: :func:`expert_gemm_time`).
 
     A grouped GEMM runs at the dense efficiency of its total work (one launch, one tail) times
     ``m / (m + grouped_rows_half)``: per-expert blocks of few rows leave tiles padded and SMs unevenly
@@ -41,6 +42,37 @@ def gemm_time(dev: DeviceSpec, m: float, n: float, k: float, precision: str = "b
     elem = 1 if precision == "fp8" else BF16
     nbytes = groups * (elem * (m * k + k * n) + BF16 * m * n)
     return max(t_compute, memory_time(dev, nbytes))
+
+
+#: Compute streams Transformer Engine spreads a ``GroupedLinear``'s per-expert GEMMs over, by vendor. TE's
+#: ``GroupedLinear`` (Megatron's ``TEGroupedMLP``) calls ``general_grouped_gemm`` -> ``nvte_multi_tensor_gemm``,
+#: which by default (``NVTE_USE_CUTLASS_GROUPED_GEMM`` unset; its CUTLASS grouped kernel is opt-in and
+#: Hopper-BF16-only) issues one cuBLAS GEMM per expert, expert ``i`` on compute stream ``i % num_streams``
+#: (``transformer_engine/common/gemm/cublaslt_gemm.cu``@v2.12 (5671fd3675) ``multi_stream_cublas_gemm``), with
+#: ``num_compute_streams = 4`` (``common/util/multi_stream.cpp``@v2.12); unchanged through v2.18 (27486e03cf),
+#: where the fused cuBLASLt grouped GEMM path of ``GroupedLinear`` is opt-in
+#: (``NVTE_GROUPED_LINEAR_USE_FUSED_GROUPED_GEMM``, default 0, ``pytorch/module/grouped_linear.py``@v2.18). Same for
+#: BF16, FP8 current/delayed scaling, blockwise and MXFP8, on Hopper and Blackwell. A vendor not listed runs its
+#: experts as one grouped kernel (MindSpeed's GMM on Ascend); AMD's TE fork is not checked and stays grouped.
+#: The count of concurrent streams is read from the code, not measured.
+EXPERT_GEMM_STREAMS = {"nvidia": 4}
+
+
+def expert_gemm_time(dev: DeviceSpec, m: float, n: float, k: float, precision: str, groups: int) -> float:
+    """Seconds for ``groups`` routed-expert GEMMs of (m x k) @ (k x n) as the device's training stack runs them.
+
+    One grouped kernel (:func:`gemm_time` with ``groups``) where the stack has one; under Transformer Engine
+    (``EXPERT_GEMM_STREAMS``) one GEMM per expert, round-robin over ``s`` streams: each stream runs
+    ``ceil(groups / s)`` GEMMs back to back, each no faster than it runs alone (its fixed launch/tail/prologue
+    time included, :func:`gemm_time` with one group), and all of them together no faster than their total
+    work at the grouped efficiency. The time is the larger of the two bounds.
+    """
+    grouped = gemm_time(dev, m, n, k, precision, groups=groups)
+    streams = EXPERT_GEMM_STREAMS.get(dev.vendor)
+    if streams is None or groups <= 1:
+        return grouped
+    waves = math.ceil(groups / streams)
+    return max(grouped, waves * gemm_time(dev, m, n, k, precision))
 
 
 def attention_time(dev: DeviceSpec, flops: float, seq: int, backward: bool) -> float:
