@@ -136,14 +136,13 @@ def layer_kernels(
         float(k) if (mixer == "mamba" and "mamba" in parts) or (mixer and mixer != "mamba" and "attn" in parts) else 0.0
     )
     syncs = 0.0
+    local = max(1, (m.num_experts or 1) // cfg.ep) if is_moe else 0
     if is_moe and gshard:
-        local = max(1, (m.num_experts or 1) // cfg.ep)
         per = GSHARD_PER_EXPERT[0] + (GSHARD_EXPERT_COLLECTIVES if cfg.etp > 1 else 0)
         k += GSHARD_FIXED[0] + local * per
         g += GSHARD_FIXED[1] + local * GSHARD_PER_EXPERT[1]
         syncs = 1.0
     elif is_moe:
-        local = max(1, (m.num_experts or 1) // cfg.ep)
         moe_k = MOE_FIXED[0] + 2 * local - (FLEX_FUSED if dispatcher == "flex" else 0)
         k += moe_k
         g += MOE_FIXED[1] + 2 * local
@@ -174,7 +173,7 @@ def layer_kernels(
     if precision == "fp8":
         # dense GEMM inputs: one cast each, fused with its producer's gradient in the backward (as before);
         # routed experts: the recipe's quantisation kernels per expert GEMM, forward and backward
-        expert = 2 * max(1, (m.num_experts or 1) // cfg.ep) if is_moe else 0
+        expert = 2 * local
         dense = g - expert - (MOE_FIXED[1] if is_moe else 0)  # the router GEMM stays BF16
         quant = FP8_QUANT_KERNELS[fp8_recipe] * expert
         k += dense + quant

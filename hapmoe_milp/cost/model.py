@@ -42,6 +42,7 @@ from hapmoe_milp.cost.primitives import (
     collective_time,
     dispatch_time,
     ep_overlap_host_hidden,
+    ep_overlap_share,
     expert_gemm_time,
     gemm_time,
     host_overhead,
@@ -298,8 +299,7 @@ class CostModel:
         # repeats the forward traffic.
         ep_exposed = 1.0
         if st.overlap_ep_comm and ep_f > 0:
-            share = dev.runtime.flex_overlap if st.dispatcher == "flex" else dev.runtime.ep_overlap
-            hidden = share * min(2 * ep_f, f_comp + b_comp)
+            hidden = ep_overlap_share(dev, st.dispatcher) * min(2 * ep_f, f_comp + b_comp)
             ep_exposed = 1.0 - hidden / (2 * ep_f)
         ep_total = 2 * ep_f * ep_exposed
         # TP overlap (userbuffers / MC2) splits each TP collective into chunks pipelined with the GEMM it feeds

@@ -125,9 +125,14 @@ def ep_overlap_host_hidden(dev: DeviceSpec, dispatcher: str, host_fwd: float, ot
     """
     if host_fwd <= 0 or other_bwd_compute <= 0:
         return 0.0
+    return ep_overlap_share(dev, dispatcher) * min(host_fwd, other_bwd_compute)
+
+
+def ep_overlap_share(dev: DeviceSpec, dispatcher: str) -> float:
+    """Share of a micro-batch's work that EP-communication overlap runs beside the other micro-batch's: the
+    flex dispatcher's (DeepEP/HybridEP) and the all-to-all's schedules hide differently, so each has its term."""
     rt = dev.runtime
-    share = rt.flex_overlap if dispatcher == "flex" else rt.ep_overlap
-    return share * min(host_fwd, other_bwd_compute)
+    return rt.flex_overlap if dispatcher == "flex" else rt.ep_overlap
 
 
 def dispatch_time(
