@@ -279,7 +279,10 @@ def test_graph_scope_is_checked_and_written_in_one_order(given, canonical):
     assert Settings(cuda_graph_scope=given).cuda_graph_scope == canonical
 
 
-@pytest.mark.parametrize("bad", ["", "full_iteration", "layer,attn", "attn,bogus", 3])
+# the last two are Megatron-Core's own rules (core_v0.16.0 transformer_config.py __post_init__ asserts them)
+@pytest.mark.parametrize(
+    "bad", ["", "full_iteration", "layer,attn", "attn,bogus", 3, "moe,moe_router", "attn,moe_preprocess"]
+)
 def test_bad_graph_scopes_name_the_field(bad):
     with pytest.raises(SettingsError) as e:
         Settings(cuda_graph_scope=bad)
