@@ -155,12 +155,15 @@ def check_graph_scope(v: Any) -> str:
             f"unknown scope {bad[0]!r}: use none, layer or parts of {', '.join(CUDA_GRAPH_PARTS)}",
             field="cuda_graph_scope",
         )
-    # Megatron-Core's own scope rules (core_v0.16.0 (3bec9aa97d), transformer_config.py __post_init__): the
-    # whole MoE block and its router part are alternatives, and the dispatcher's preprocess is captured only
-    # inside the router's graph.
-    if "moe" in parts and "moe_router" in parts:
+    # Megatron-Core's own scope rules (core_v0.16.0 (3bec9aa97d), transformer_config.py __post_init__)
+    if "moe" in parts:
+        # Megatron captures the whole MoE block only for drop-and-pad MoE (static shapes); the planner's MoE is
+        # dropless, whose token counts reach the host every layer, so only the router and preprocess can be
+        # captured (and moe with moe_router is refused there too)
         raise SettingsError(
-            "moe and moe_router are alternatives (moe captures the whole MoE block): give one", field="cuda_graph_scope"
+            "moe (the whole MoE block) is captured by Megatron only for drop-and-pad MoE, and the planned MoE is "
+            "dropless: use moe_router,moe_preprocess",
+            field="cuda_graph_scope",
         )
     if "moe_preprocess" in parts and "moe_router" not in parts:
         raise SettingsError(

@@ -279,9 +279,10 @@ def test_graph_scope_is_checked_and_written_in_one_order(given, canonical):
     assert Settings(cuda_graph_scope=given).cuda_graph_scope == canonical
 
 
-# the last two are Megatron-Core's own rules (core_v0.16.0 transformer_config.py __post_init__ asserts them)
+# the last three are Megatron-Core's own rules (core_v0.16.0 transformer_config.py __post_init__ asserts them:
+# moe only for drop-and-pad MoE, not with moe_router, moe_preprocess only with moe_router)
 @pytest.mark.parametrize(
-    "bad", ["", "full_iteration", "layer,attn", "attn,bogus", 3, "moe,moe_router", "attn,moe_preprocess"]
+    "bad", ["", "full_iteration", "layer,attn", "attn,bogus", 3, "moe", "attn,moe,moe_router", "attn,moe_preprocess"]
 )
 def test_bad_graph_scopes_name_the_field(bad):
     with pytest.raises(SettingsError) as e:

@@ -205,7 +205,7 @@ CudaGraphOpt = Annotated[
     str | None,
     typer.Option(
         "--cuda-graph-scope",
-        help="CUDA graphs: none, layer (whole layers) or parts attn,mlp,moe,moe_router,moe_preprocess,mamba.",
+        help="CUDA graphs: none, layer (whole layers) or parts attn,mlp,moe_router,moe_preprocess,mamba.",
     ),
 ]
 TpOverlapOpt = Annotated[
