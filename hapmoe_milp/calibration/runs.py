@@ -49,6 +49,7 @@ SETTING_BOOLS = (
     "legacy_model",
     "fused_swiglu",
     "fused_rope",
+    "cross_entropy_fusion",
 )
 #: Model fields (Megatron names) a run may set where its launch differs from the catalog model: the flags a
 #: script leaves at Megatron's defaults (FlagPerf's LLaMA-3 launches tie the embeddings, keep linear biases and
