@@ -155,6 +155,17 @@ def check_graph_scope(v: Any) -> str:
             f"unknown scope {bad[0]!r}: use none, layer or parts of {', '.join(CUDA_GRAPH_PARTS)}",
             field="cuda_graph_scope",
         )
+    # Megatron-Core's own scope rules (core_v0.16.0 (3bec9aa97d), transformer_config.py __post_init__): the
+    # whole MoE block and its router part are alternatives, and the dispatcher's preprocess is captured only
+    # inside the router's graph.
+    if "moe" in parts and "moe_router" in parts:
+        raise SettingsError(
+            "moe and moe_router are alternatives (moe captures the whole MoE block): give one", field="cuda_graph_scope"
+        )
+    if "moe_preprocess" in parts and "moe_router" not in parts:
+        raise SettingsError(
+            "moe_preprocess is captured only together with moe_router: add moe_router", field="cuda_graph_scope"
+        )
     return ",".join(p for p in CUDA_GRAPH_PARTS if p in parts)
 
 

@@ -137,5 +137,10 @@ def test_the_searches_stop_before_the_limit_to_leave_the_finish_inside_it(monkey
     monkeypatch.setattr(api, "_run_solver", spy)
     # solve's own clock stands still, so what it hands the first search is exactly limit - reserve
     monkeypatch.setattr(api, "time", SimpleNamespace(perf_counter=lambda: 100.0))
-    api.solve("mixtral-s", "16-1", solver="dp", time_limit=limit, catalog=CAT, optimizer_offload=False)
+    try:
+        api.solve("mixtral-s", "16-1", solver="dp", time_limit=limit, catalog=CAT, optimizer_offload=False)
+    except InfeasibleError as e:
+        # what is handed does not depend on whether the search then finds a plan in time: on a loaded machine
+        # (CI's workers share two cores) 0.38 s of wall time may not be enough, which is a timeout, not a bug
+        assert "time limit" in str(e)
     assert handed and handed[0] == pytest.approx(limit - reserve)

@@ -14,14 +14,21 @@ Counted per forward (each is one kernel unless said otherwise):
   bias-dropout-add = 7 (2 GEMMs); QK-norm adds 2; MLA: input norm, Q down/up and KV down/up GEMMs with
   their two norms, rotary split/concat (4), fused attention, output GEMM, bias-dropout-add = 15 (5 GEMMs).
 - dense MLP: pre-MLP norm, fc1, SwiGLU, fc2, bias-dropout-add = 5 (2 GEMMs).
-- MoE MLP: pre-MLP norm, router GEMM, fp32 cast, fused top-k/softmax (2), auxiliary/z losses (3),
-  token counts per expert (2), the count exchange (1), permute (2), dispatch (1), chunk sort (1),
-  one fc1 and one fc2 GEMM *per local expert* (Transformer Engine's GroupedLinear issues a cuBLAS GEMM
-  per expert, round-robin over 4 compute streams: ``cost.primitives.EXPERT_GEMM_STREAMS``, which prices their
-  device time with the same structure), activation, chunk sort back, combine, unpermute (2), bias-dropout-add = 20 + 2 x local
-  experts; shared experts add fc1, activation, fc2 and the add (4, 2 GEMMs). The flex dispatcher
-  (DeepEP/HybridEP) fuses the count exchange, permute and unpermute into its dispatch/combine kernels
-  (5 fewer).
+- MoE MLP: pre-MLP norm, router GEMM, fused top-k/softmax (2), auxiliary/z losses (3) (the router, 7, 1 GEMM:
+  its FP32 logits come straight out of the GEMM, ``RouterGatingLinearFunction.forward`` in
+  ``megatron/core/transformer/moe/moe_utils.py``@core_v0.16.0 (3bec9aa97d) calling Transformer Engine's
+  ``general_gemm`` with the router dtype as output dtype on the params-dtype weight, so no separate cast); token
+  counts per expert and per destination rank (2: ``routing_map.sum(dim=0)``, whose ``.long()`` is a no-op on
+  the int64 sum, and the ``input_splits`` sum in ``MoEAlltoAllTokenDispatcher.preprocess``, token_dispatcher.py
+  same commit), the count exchange (1: the all-gather of the counts over TP x EP), permute (2), dispatch (1),
+  chunk sort (1), one fc1 and one fc2 GEMM *per local expert* (Transformer Engine's GroupedLinear issues a cuBLAS
+  GEMM per expert, round-robin over 4 compute streams: ``cost.primitives.EXPERT_GEMM_STREAMS``, which prices
+  their device time with the same structure), activation, chunk sort back, combine, unpermute (2),
+  bias-dropout-add = 7 + 2 + 1 + 2 + 1 + 1 + 1 + 1 + 1 + 2 + 1 = 20 + 2 x local experts (``MOE_FIXED``);
+  shared experts add fc1, activation, fc2 and the add (4, 2 GEMMs). The flex dispatcher (DeepEP/HybridEP)
+  fuses the count exchange, permute and unpermute into its dispatch/combine kernels (5 fewer); its token
+  counts (2) are, on the DeepEP path, the routing map's conversion to top-k indices (``_DeepepManager.setup_metadata``)
+  and the dispatch layout (``get_dispatch_layout`` in ``fused_a2a.py``, same commit).
 - ModelLink's legacy GShard MoE (``Settings.gshard_capacity_factor``; MindSpeed ascendspeed/components/moe
   @224ae35e gate.py, moe_layer.py, experts.py, utils.py; experts ModelLink modellink/model/moe.py @0c8163f9de),
   counted from the code instead of the MoE MLP above: pre-MLP norm and residual add (2); the gate's FP32 cast
@@ -61,12 +68,33 @@ kernel (its gradient plus gradient accumulation/casts on about half of them). Fu
 forward inside the backward.
 
 CUDA graphs (``Settings.cuda_graph_scope``): a captured part's kernels are replayed from the device
-without the host issuing them one by one, so they add no launch idle; Megatron captures per part of a
-layer (``attn`` the token mixer with its norm, ``mamba`` a Mamba mixer, ``mlp`` a dense MLP, ``moe`` a whole
-MoE block, ``moe_router`` its pre-MLP norm and router, ``moe_preprocess`` its token counting) or whole
-layers. The captured share of a layer's structural kernels (before the SP/CP/FP8 additions) is applied to
-all its kernels, forward and backward (Transformer Engine captures both passes). The dropless router's
-host sync stays: a graph cannot wait on a host-read count.
+without the host issuing them one by one, so they add no launch idle. Megatron captures per part of a layer,
+so a layer's kernels are counted per group (``_groups``) and only the captured groups' kernels drop out,
+forward and backward (Transformer Engine graphs both passes), each with the FP8 casts of its own GEMMs and the
+collectives issued inside it. What each scope wraps is read from Megatron-LM core_v0.16.0 (3bec9aa97d):
+``megatron/core/transformer/transformer_layer.py`` ``TransformerLayer._get_submodules_under_cudagraphs`` and
+``_te_cuda_graph_capture``, ``megatron/core/transformer/moe/moe_layer.py`` ``MoELayer.forward``,
+``megatron/core/transformer/moe/moe_utils.py`` ``maybe_skip_or_early_return_by_cudagraph``:
+
+- ``attn``: the input norm and the self-attention block with its bias-dropout-add (``_forward_attention``), its
+  sequence-parallel all-gather/reduce-scatter (inside TE's parallel linears) and context-parallel ring steps;
+  a GDN mixer sits in the same slot. ``mamba``: a Mamba mixer, likewise.
+- ``mlp``: a dense layer's pre-MLP norm and MLP with its SP collectives (Megatron refuses it on MoE layers).
+- ``moe``: the whole MoE block (Megatron accepts it only with drop-and-pad MoE, TransformerConfig.__post_init__).
+- ``moe_router``: the pre-MLP norm and the router (7 kernels above), and the shared experts with their SP
+  collectives: ``MoELayer.forward`` computes them before routing and the capture returns early after
+  ``route`` (with ``moe_shared_expert_overlap`` off, Megatron's default, they are among the graph's submodules).
+- ``moe_preprocess`` (accepted only with ``moe_router``, TransformerConfig.__post_init__): the capture then ends
+  after ``MoELayer.preprocess``, i.e. the dispatcher's ``dispatch_preprocess`` (token_dispatcher.py). For the
+  all-to-all dispatcher that is ``preprocess`` (token counts 2, count exchange 1) and the first permute (2),
+  whose map is one of the graph's outputs (``cudagraph_attrs``): ``MOE_PREPROCESS_A2A`` = 5; for allgather only
+  reshapes (its counting and permute follow the all-gather, in ``dispatch_postprocess``): 0; for flex the DeepEP
+  manager's routing-map-to-top-k-indices conversion (``_DeepepManager.setup_metadata``; HybridEP's is reshapes
+  only): 1. The counts' copy to the host moves out of that graph (``cuda_dtoh_point = "before_ep_alltoall"``).
+- dispatch, experts, combine, unpermute and bias-dropout-add (with expert-TP collectives, and the block's SP
+  pair when it has no shared expert) stay eager under every partial scope; MTP's extra kernels and ModelLink's
+  GShard layer are captured only by whole-layer graphs (GShard also by ``moe``).
+- ``layer``: every group. The dropless router's host sync always stays: a graph cannot wait on a host-read count.
 
 Syncs: the dropless router needs each expert's token count on the host to size the grouped GEMM and
 the dispatch buffers, one sync per MoE layer forward (the backward reuses the counts). Read from the code:
@@ -91,8 +119,10 @@ ATTN_MLA = (15, 5)
 QK_NORM = 2
 DENSE_MLP = (5, 2)
 MOE_FIXED = (20, 1)  # plus 2 GEMMs per local expert
-MOE_ROUTER = 8  # of MOE_FIXED: pre-MLP norm, router GEMM, fp32 cast, top-k/softmax (2), aux/z losses (3)
-MOE_PREPROCESS = 2  # of MOE_FIXED: token counts per expert
+MOE_ROUTER = (7, 1)  # of MOE_FIXED: pre-MLP norm, router GEMM, top-k/softmax (2), aux/z losses (3)
+#: of MOE_FIXED, what ``moe_preprocess`` captures (``dispatch_preprocess``), by dispatcher (see above)
+MOE_PREPROCESS_A2A = 5  # token counts (2), the count exchange (1), permute (2)
+MOE_PREPROCESS = {"alltoall": MOE_PREPROCESS_A2A, "allgather": 0, "flex": 1}
 SHARED_EXPERT = (4, 2)
 GSHARD_FIXED = (57, 5)  # legacy GShard MoE, plus GSHARD_PER_EXPERT per local expert (see above)
 GSHARD_PER_EXPERT = (6, 3)
@@ -117,6 +147,42 @@ class LayerKernels:
     syncs_bwd: float
 
 
+@dataclass(frozen=True)
+class _Group:
+    """One capturable part of a layer: its structural forward kernels (``kernels``, of which ``gemms`` GEMMs,
+    ``bf16_gemms`` of those kept in BF16 under FP8 and ``expert_gemms`` quantised per expert), the
+    parallelism's collectives issued inside it (``collectives``: SP, expert-TP, CP ring steps), and the
+    graph parts that capture it (``scopes``; ``moe_preprocess`` is captured only together with ``moe_router``)."""
+
+    name: str
+    kernels: int
+    gemms: int
+    scopes: frozenset[str]
+    collectives: int = 0
+    bf16_gemms: int = 0
+    expert_gemms: int = 0
+
+    def counts(self, precision: str, fp8_recipe: str, full_recompute: bool) -> tuple[float, float]:
+        """(forward, backward) kernels of this group on one micro-batch."""
+        k = self.kernels + self.collectives
+        bwd = BWD_PER_GEMM * self.gemms + BWD_PER_OTHER * (k - self.gemms)
+        if precision == "fp8":
+            # dense GEMM inputs: one cast each, fused with its producer's gradient in the backward;
+            # routed experts: the recipe's quantisation kernels per expert GEMM, forward and backward
+            dense = self.gemms - self.expert_gemms - self.bf16_gemms
+            quant = FP8_QUANT_KERNELS[fp8_recipe] * self.expert_gemms
+            k += dense + quant
+            bwd += BWD_PER_OTHER * dense + quant
+        if full_recompute:
+            bwd += k
+        return float(k), float(bwd)
+
+    def captured(self, parts: frozenset[str]) -> bool:
+        if self.name == "moe_preprocess":
+            return "moe" in parts or {"moe_router", "moe_preprocess"} <= parts
+        return bool(self.scopes & parts)
+
+
 def layer_kernels(
     m: ModelSpec,
     cfg: ParallelConfig,
@@ -128,61 +194,76 @@ def layer_kernels(
     cuda_graph_scope: str = "none",
     gshard: bool = False,
 ) -> LayerKernels:
-    mixer, mlp = m.kind_parts(kind)
-    is_moe = mlp == "moe"
-    k, g = _mixer_kernels(m, mixer)
+    groups = _groups(m, cfg, kind, dispatcher, gshard)
     parts = graph_parts(cuda_graph_scope)
-    captured = (
-        float(k) if (mixer == "mamba" and "mamba" in parts) or (mixer and mixer != "mamba" and "attn" in parts) else 0.0
-    )
-    syncs = 0.0
-    local = max(1, (m.num_experts or 1) // cfg.ep) if is_moe else 0
-    if is_moe and gshard:
-        per = GSHARD_PER_EXPERT[0] + (GSHARD_EXPERT_COLLECTIVES if cfg.etp > 1 else 0)
-        k += GSHARD_FIXED[0] + local * per
-        g += GSHARD_FIXED[1] + local * GSHARD_PER_EXPERT[1]
-        syncs = 1.0
-    elif is_moe:
-        moe_k = MOE_FIXED[0] + 2 * local - (FLEX_FUSED if dispatcher == "flex" else 0)
-        k += moe_k
-        g += MOE_FIXED[1] + 2 * local
-        if m.moe_shared_expert_intermediate_size:
-            k += SHARED_EXPERT[0]
-            moe_k += SHARED_EXPERT[0]
-            g += SHARED_EXPERT[1]
-        if cfg.etp > 1:
-            k += ETP_COLLECTIVES
-        if "moe" in parts:
-            captured += moe_k
+    whole = cuda_graph_scope == "layer"
+    fwd = bwd = 0.0
+    for grp in groups:
+        if whole or grp.captured(parts):
+            continue
+        f, b = grp.counts(precision, fp8_recipe, recompute == "full")
+        fwd += f
+        bwd += b
+    syncs = 1.0 if m.kind_is_moe(kind) else 0.0  # the dropless host sync: a graph cannot wait on a host-read count
+    return LayerKernels(fwd=fwd, bwd=bwd, syncs_fwd=syncs, syncs_bwd=syncs if recompute == "full" else 0.0)
+
+
+def _groups(m: ModelSpec, cfg: ParallelConfig, kind: LayerKind, dispatcher: str, gshard: bool) -> list[_Group]:
+    """A layer's kernels by the part of it a CUDA graph captures (see the module docstring)."""
+    mixer, mlp = m.kind_parts(kind)
+    sp = SP_COLLECTIVES // 2 if cfg.tp > 1 else 0  # per block (mixer or MLP) under sequence-parallel TP
+    k, g = _mixer_kernels(m, mixer)
+    # a Mamba mixer is the ``mamba`` part; attention and GDN sit in the self-attention slot (``attn``)
+    mixer_scope = frozenset() if mixer is None else frozenset({"mamba" if mixer == "mamba" else "attn"})
+    out = [
+        _Group(
+            "mixer",
+            k,
+            g,
+            mixer_scope,
+            collectives=(sp if mixer else 0) + (CP_PER_STEP * (cfg.cp - 1) if cfg.cp > 1 else 0),
+        )
+    ]
+    if mlp == "moe":
+        local = max(1, (m.num_experts or 1) // cfg.ep)
+        moe = frozenset({"moe"})
+        if gshard:
+            per = GSHARD_PER_EXPERT[0] + (GSHARD_EXPERT_COLLECTIVES if cfg.etp > 1 else 0)
+            out.append(
+                _Group(
+                    "gshard",
+                    GSHARD_FIXED[0] + local * per,
+                    GSHARD_FIXED[1] + local * GSHARD_PER_EXPERT[1],
+                    moe,
+                    collectives=sp,  # its expert-TP collectives are per expert (GSHARD_EXPERT_COLLECTIVES)
+                    bf16_gemms=MOE_FIXED[1],
+                    expert_gemms=2 * local,
+                )
+            )
         else:
-            captured += MOE_ROUTER * ("moe_router" in parts) + MOE_PREPROCESS * ("moe_preprocess" in parts)
-        syncs = 1.0
+            shared = bool(m.moe_shared_expert_intermediate_size)
+            pre = MOE_PREPROCESS[dispatcher]
+            rest = MOE_FIXED[0] - MOE_ROUTER[0] - pre - (FLEX_FUSED if dispatcher == "flex" else 0)
+            router = frozenset({"moe", "moe_router"})
+            out.append(_Group("moe_router", *MOE_ROUTER, router, bf16_gemms=MOE_ROUTER[1]))
+            out.append(_Group("moe_preprocess", pre, 0, moe))
+            out.append(
+                _Group(
+                    "moe_experts",
+                    rest + 2 * local,
+                    2 * local,
+                    moe,
+                    collectives=(0 if shared else sp) + (ETP_COLLECTIVES if cfg.etp > 1 else 0),
+                    expert_gemms=2 * local,
+                )
+            )
+            if shared:  # computed before the router, inside its graph (not overlapped: Megatron's default)
+                out.append(_Group("shared_expert", *SHARED_EXPERT, router, collectives=sp))
     elif mlp == "dense":
-        k += DENSE_MLP[0]
-        g += DENSE_MLP[1]
-        captured += DENSE_MLP[0] * ("mlp" in parts)
+        out.append(_Group("dense_mlp", *DENSE_MLP, frozenset({"mlp"}), collectives=sp))
     if kind == "mtp":
-        k += MTP_EXTRA[0]
-        g += MTP_EXTRA[1]
-    eager = 1.0 if cuda_graph_scope == "none" else (0.0 if cuda_graph_scope == "layer" else 1.0 - captured / max(k, 1))
-    if cfg.tp > 1:
-        k += SP_COLLECTIVES * ((mixer is not None) + (mlp is not None)) // 2
-    if cfg.cp > 1:
-        k += CP_PER_STEP * (cfg.cp - 1)
-    bwd = BWD_PER_GEMM * g + BWD_PER_OTHER * (k - g)
-    if precision == "fp8":
-        # dense GEMM inputs: one cast each, fused with its producer's gradient in the backward (as before);
-        # routed experts: the recipe's quantisation kernels per expert GEMM, forward and backward
-        expert = 2 * local
-        dense = g - expert - (MOE_FIXED[1] if is_moe else 0)  # the router GEMM stays BF16
-        quant = FP8_QUANT_KERNELS[fp8_recipe] * expert
-        k += dense + quant
-        bwd += BWD_PER_OTHER * dense + quant
-    syncs_b = 0.0
-    if recompute == "full":
-        bwd += k
-        syncs_b = syncs
-    return LayerKernels(fwd=float(k) * eager, bwd=float(bwd) * eager, syncs_fwd=syncs, syncs_bwd=syncs_b)
+        out.append(_Group("mtp", *MTP_EXTRA, frozenset()))
+    return out
 
 
 def _mixer_kernels(m: ModelSpec, mixer: str | None) -> tuple[int, int]:
