@@ -353,6 +353,16 @@ class Settings:
     # 2023-24 LLaMA): it keeps more per layer than Megatron-Core with Transformer Engine (cost/memory.py,
     # ``_legacy_terms``). For judging measurements of such runs; no exporter writes it (Megatron-Core only).
     legacy_model: bool = False
+    # The gated MLP activation and the rotary embedding as single fused kernels (Megatron-Core's fused SwiGLU and
+    # apply_rotary_pos_emb fusion; MindSpeed-LLM's --use-fused-swiglu / --use-fused-rotary-pos-emb, torch_npu
+    # npu_swiglu / npu_rotary_mul), or as chains of element-wise torch ops (MindSpeed-LLM without those flags,
+    # and its GeGLU always): priced in cost/layer.py (UNFUSED_GLU_PASSES, UNFUSED_ROPE_PASSES).
+    fused_swiglu: bool = True
+    fused_rope: bool = True
+    # Megatron's --cross-entropy-loss-fusion (off by default in Megatron-LM; on in the Megatron-Bridge and NeMo 2
+    # model providers): the fused vocabulary-parallel cross-entropy, or the unfused one on FP32 logits
+    # (cost/model.py CE_BYTES, CE_FUSED_BYTES)
+    cross_entropy_fusion: bool = False
     # ModelLink's legacy GShard MoE layer (MindSpeed ``ascendspeed/components/moe`` @224ae35e, DeepSpeed-style,
     # run by MindSpeed-LLM's non-Mcore Mixtral) with this training capacity factor (``--moe-train-capacity-factor``);
     # 0 = Megatron-Core's dropless MoE. Priced in cost/layer.py and CostModel._ep_comm; for judging measurements of
@@ -414,7 +424,15 @@ def _checked(s: Settings) -> dict[str, Any]:
     ):
         out[name] = check_bool(name, getattr(s, name))
     out["optimizer_offload"] = check_bool("optimizer_offload", s.optimizer_offload)
-    for name in ("grad_reduce_in_bf16", "fp8_param_gather", "dropout", "legacy_model"):
+    for name in (
+        "grad_reduce_in_bf16",
+        "fp8_param_gather",
+        "dropout",
+        "legacy_model",
+        "fused_swiglu",
+        "fused_rope",
+        "cross_entropy_fusion",
+    ):
         out[name] = check_bool(name, getattr(s, name))
     out["optimizer_state_dtype"] = check_choice("optimizer_state_dtype", s.optimizer_state_dtype, STATE_DTYPES)
     out["main_params_dtype"] = check_choice("main_params_dtype", s.main_params_dtype, MAIN_PARAM_DTYPES)

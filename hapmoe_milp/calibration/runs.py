@@ -47,6 +47,9 @@ SETTING_BOOLS = (
     "fp8_param_gather",
     "dropout",
     "legacy_model",
+    "fused_swiglu",
+    "fused_rope",
+    "cross_entropy_fusion",
 )
 #: Model fields (Megatron names) a run may set where its launch differs from the catalog model: the flags a
 #: script leaves at Megatron's defaults (FlagPerf's LLaMA-3 launches tie the embeddings, keep linear biases and

@@ -28,6 +28,19 @@ PERMUTE_PASSES = 4
 # tensor once more for its amax; block-scaled recipes write a scale per block (1/32 or 1/128 byte).
 FP8_CAST_BYTES = {"tensorwise": 6.0, "blockwise": 4.0, "mxfp8": 4.0}
 FUSED_CAST_BYTES = 3.0  # a cast folded into the producing kernel: read BF16 once more, write FP8
+# HBM passes (elements read + written, per element of the tensor) that the unfused element-wise chains add over
+# the fused kernel, (forward, backward). Derived from the code paths of MindSpeed-LLM (ModelLink) @104cd47479:
+# - gated activation (modellink/model/transformer.py parallel_mlp_init_wrapper): without --use-fused-swiglu,
+#   ``chunk`` then ``F.silu(x0) * x1`` (GeGLU: ``F.gelu(x0) * x1``, no fused form), per element of the
+#   [t, F] output: forward silu 2 + mul 3 = 5 against npu_swiglu's 3 (read 2F, write F); backward the two mul
+#   gradients 3 + 3, silu's 3 and the chunk's concatenation of both halves 4 = 13 against the fused 5
+#   (read the output gradient and 2F inputs, write 2F).
+# - rotary (modellink/core/models/common/embeddings/rotary_pos_embedding.py apply_rotary_pos_emb): without
+#   --use-fused-rotary-pos-emb, ``t * cos`` 2, ``_rotate_half`` (neg of one half 1, cat 2) 3, ``* sin`` 2, the
+#   add 3 and ``cat((t, t_pass))`` 2 = 12 against npu_rotary_mul's 2 per element of Q and K; backward the
+#   two product gradients 2 + 2, neg 1, the half-concatenation 2 and the sum of both paths 3 = 10 against 2.
+UNFUSED_GLU_PASSES = (2.0, 8.0)
+UNFUSED_ROPE_PASSES = (10.0, 8.0)
 
 
 # ModelLink's legacy GShard MoE (MindSpeed ascendspeed/components/moe @224ae35e, gate.py top2gating): the
@@ -133,6 +146,15 @@ def layer_compute(
         f_comp += mlp
         b_comp += 2 * mlp
         n_tp_coll += 2
+        if m.glu == 3 and not st.fused_swiglu:
+            uf, ub = (memory_time(dev, n * t * m.ffn / tp * BF16) for n in UNFUSED_GLU_PASSES)
+            mlp_f += uf
+            f_comp += uf
+            b_comp += ub
+    if mixer == "attention" and not m.multi_latent_attention and not st.fused_rope:
+        qk = t * (m.q_dim + m.kv_dim) / tp
+        f_comp += memory_time(dev, UNFUSED_ROPE_PASSES[0] * qk * BF16)
+        b_comp += memory_time(dev, UNFUSED_ROPE_PASSES[1] * qk * BF16)
 
     # ---- FP8: every GEMM input is quantised first, activations forward and output gradients backward.
     # Dense inputs come out of fused norm / activation kernels (one extra read + write of the tensor);

@@ -58,6 +58,20 @@ from hapmoe_milp.specs.model import LayerKind, ModelSpec
 BUCKET_PARAMS = 40_000_000
 # Adam step on the fp32 shard: read master, grad, m, v (16 B), write master, m, v (12 B), bf16 param (2 B).
 ADAM_BYTES_PER_PARAM = 30
+#: HBM bytes per logit of the rank's vocabulary shard that the unfused cross-entropy moves, (forward, backward).
+#: Megatron casts the BF16 logits to FP32 before its vocabulary-parallel cross-entropy (legacy
+#: post_language_model_processing and Megatron-Core LanguageModule.compute_language_model_loss without
+#: --cross-entropy-loss-fusion: ``vocab_parallel_cross_entropy(logits.float(), labels)``), whose forward (Megatron
+#: core_r0.6 tensor_parallel/cross_entropy.py; MindSpeed's patched forward, mindspeed/core/tensor_parallel/
+#: cross_entropy.py@2b0edd2, the MindSpeed commit of MindSpeed-LLM@104cd47479 CHANGELOG.md Version 1.1, moves the same tensors):
+#: the cast (read 2, write 4) 6, max (read) 4, subtract the max (read, write) 8, exp in place 8, the sum 4, the
+#: in-place normalisation to the softmax it saves 8 = 38; backward: scale the saved softmax by the loss gradient in
+#: place 8 and the cast's gradient back to BF16 (read 4, write 2) 6 = 14. (The fused TE / Triton kernels of
+#: --cross-entropy-loss-fusion move less; not distinguished here.) Derived from the code, not measured.
+CE_BYTES = (38.0, 14.0)
+#: The fused kernels (``Settings.cross_entropy_fusion``): assumed three FP32 passes each way, the price every
+#: cross-entropy had before CE_BYTES (not derived from the fused kernels' code).
+CE_FUSED_BYTES = (12.0, 12.0)
 
 
 @dataclass(frozen=True)
@@ -464,12 +478,14 @@ class CostModel:
         return fc1 + fc2 + act
 
     def _head(self, dev: DeviceSpec, t: float, tp: int, prec: str) -> tuple[float, float]:
-        """Output projection to the vocabulary and cross-entropy (fp32 logits)."""
+        """Output projection to the vocabulary and the vocabulary-parallel cross-entropy on FP32 logits
+        (:data:`CE_BYTES` per logit of the rank's shard)."""
         m = self.model
         v_local = m.padded_vocab(tp) / tp
         g = gemm_time(dev, t, v_local, m.hidden_size, "bf16")
-        ce = memory_time(dev, 3 * t * v_local * FP32)
-        return g + ce, 2 * g + ce
+        n = t * v_local
+        fwd, bwd = CE_FUSED_BYTES if self.settings.cross_entropy_fusion else CE_BYTES
+        return g + memory_time(dev, fwd * n), 2 * g + memory_time(dev, bwd * n)
 
     def _ep_comm(self, dev: DeviceSpec, did: str, cfg: ParallelConfig, ts: float) -> float:
         """Forward dispatch + combine for one layer (backward repeats it)."""
