@@ -95,6 +95,10 @@ def config_from_args(parsed: dict[str, Any]) -> TransformerConfig:
             from megatron.core.activations import squared_relu
 
             kw.update(activation_func=squared_relu, gated_linear_unit=False, bias_activation_fusion=False)
+        elif k == "no_rope_fusion":  # argparse dest apply_rope_fusion (store_false)
+            kw["apply_rope_fusion"] = False
+        elif k == "no_bias_swiglu_fusion":  # core_transformer_config_from_args: bias_activation_fusion for SwiGLU
+            kw["bias_activation_fusion"] = False
         elif k == "fp8_param_gather":  # core_transformer_config_from_args: fp8_param = args.fp8_param_gather
             kw["fp8_param"] = True
         elif k in ("cuda_graph_scope", "recompute_modules"):

@@ -79,6 +79,12 @@ BARE_FLAGS = [
     "mock-data",
     "use-mcore-models",
     "shared-expert-gate",
+    # Megatron-LM core_v0.12.1 (a845aa7e) arguments.py _add_training_args
+    "cross-entropy-loss-fusion",
+    # MindSpeed features_manager/megatron_basic/megatron_basic.py (also mindspeed/arguments.py since 2024)
+    "use-fused-swiglu",
+    # MindSpeed-LLM c77308a1 features_manager/common/rotary.py
+    "use-fused-rotary-pos-emb",
 ]
 
 

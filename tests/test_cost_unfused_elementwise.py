@@ -114,3 +114,35 @@ def test_runs_of_stacks_whose_model_providers_fuse_the_cross_entropy_say_so():
     for r in load_runs(ROOT / "bench" / "calibration" / "runs.yaml"):
         fused = r.stack in ("nvidia-megatron-core-2025", "nemo-25.02")
         assert r.settings_kw().get("cross_entropy_fusion", False) == fused, r.id
+
+
+def test_the_fusion_settings_are_estimate_and_solve_flags():
+    """A runs file can carry the three fusion settings, so a user can ask for them too: unfused SwiGLU and
+    rotary make the same plan slower by the extra passes, the fused cross-entropy faster; solve takes them and
+    its plan JSON keeps them."""
+    import io
+    import json
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from hapmoe_milp import cli
+
+    def run(*argv: str) -> dict:
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            code = cli.run(list(argv))
+        assert code == 0, err.getvalue()
+        return json.loads(out.getvalue())
+
+    base = ["estimate", "-m", "llama-3-8b", "-c", "8x910b", "--tp", "8", "--gbs", "64", "--json"]
+    t = {
+        name: run(*base, *extra)["iteration_time_s"]
+        for name, extra in {
+            "default": [],
+            "unfused": ["--no-fused-swiglu", "--no-fused-rope"],
+            "ce": ["--cross-entropy-fusion"],
+        }.items()
+    }
+    assert t["unfused"] > t["default"] > t["ce"]
+    sol = run("solve", "-m", "mixtral-s", "-c", "16-1", "--no-fused-rope", "--cross-entropy-fusion", "--json")
+    text = json.dumps(sol)
+    assert '"fused_rope": false' in text and '"cross_entropy_fusion": true' in text

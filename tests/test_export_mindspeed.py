@@ -40,6 +40,23 @@ def test_uneven_split_goes_to_num_layer_list() -> None:
     assert validate(plan, model, A16, "mindspeed") == []
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_npu_fusions_are_opt_in_flags_as_the_plan_was_priced(fused: bool) -> None:
+    """MindSpeed's NPU SwiGLU and rotary fusions are opt-in (--use-fused-swiglu, --use-fused-rotary-pos-emb):
+    a plan priced fused (the default) asks for them, one priced unfused leaves them out, and Megatron's opt-out
+    spellings never reach MindSpeed's command line."""
+    from dataclasses import replace
+
+    model = CAT.model("mixtral-s")
+    plan = Plan("mixtral-s", "16-2-h", "megatron", stages([12, 12], ParallelConfig(tp=2, dp=2, ep=4)), 256, 4096, 1)
+    st = replace(plan.settings(), fused_swiglu=fused, fused_rope=fused)
+    argv = mindspeed_args(replace(plan, run_settings=st), model, A16)
+    assert ("--use-fused-swiglu" in argv) is fused and ("--use-fused-rotary-pos-emb" in argv) is fused
+    assert "--no-bias-swiglu-fusion" not in argv and "--no-rope-fusion" not in argv
+    a = mindspeed_accepts(argv, world=plan.devices_used)
+    assert a.use_fused_swiglu is fused and a.use_fused_rotary_pos_emb is fused
+
+
 def test_even_split_needs_no_list_and_a_wrong_list_is_refused() -> None:
     model = CAT.model("mixtral-s")
     plan = Plan("mixtral-s", "16-2-h", "megatron", stages([12, 12], ParallelConfig(tp=2, dp=4, ep=8)), 256, 4096, 1)

@@ -414,6 +414,23 @@ def test_megatron_core_accepts_cuda_graph_and_bf16_reduction_flags() -> None:
     assert config.tp_comm_overlap is True
 
 
+def test_the_element_wise_fusions_a_plan_was_priced_with_reach_megatron_core() -> None:
+    """A plan priced with unfused SwiGLU and rotary and the fused cross-entropy (Settings.fused_swiglu,
+    fused_rope, cross_entropy_fusion; cost/layer.py, cost/model.py) runs that way: the flags build megatron-core's
+    config with those fusions off and on. The defaults (Megatron's own: both fused, cross-entropy unfused) add
+    no flag."""
+    plan = MEGATRON_PLANS[0][1]
+    assert not {"--no-bias-swiglu-fusion", "--no-rope-fusion", "--cross-entropy-loss-fusion"} & set(
+        megatron_args(plan, MIX, C16)
+    )
+    st = replace(plan.settings(), fused_swiglu=False, fused_rope=False, cross_entropy_fusion=True)
+    unfused = replace(plan, run_settings=st)
+    check_megatron_export(unfused, MIX, C16)
+    config = config_from_args(parse_megatron_args(megatron_args(unfused, MIX, C16)))
+    assert config.apply_rope_fusion is False and config.bias_activation_fusion is False
+    assert config.cross_entropy_loss_fusion is True
+
+
 def test_megatron_core_accepts_a_learned_position_table() -> None:
     """A model that keeps Megatron's learned absolute position table (measured FlagPerf launches) exports
     ``--position-embedding-type learned_absolute`` with ``--max-position-embeddings``, and Megatron's

@@ -51,6 +51,9 @@ FLAGS: dict[str, str] = {
     "optimizer_state_dtype": "--optimizer-state-dtype",
     "offload_modules": "--offload-modules",
     "dropout": "--dropout",
+    "fused_swiglu": "--fused-swiglu",
+    "fused_rope": "--fused-rope",
+    "cross_entropy_fusion": "--cross-entropy-fusion",
     "memory_headroom": "--memory-headroom",
     # one plan's layout (knobs.plan_from_knobs)
     "tp": "--tp",
@@ -252,6 +255,23 @@ OffloadModulesOpt = Annotated[
     str | None, typer.Option("--offload-modules", help="Fine-grained activation offload, comma-separated modules.")
 ]
 DropoutOpt = Annotated[bool | None, typer.Option("--dropout/--no-dropout", help="Hidden/attention dropout 0.1.")]
+FusedSwigluOpt = Annotated[
+    bool | None,
+    typer.Option("--fused-swiglu/--no-fused-swiglu", help="SwiGLU as one fused kernel (default) or element-wise ops."),
+]
+FusedRopeOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--fused-rope/--no-fused-rope", help="Rotary embedding as one fused kernel (default) or element-wise."
+    ),
+]
+CeFusionOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--cross-entropy-fusion/--no-cross-entropy-fusion",
+        help="Fused vocab-parallel cross-entropy (Megatron's default is unfused, on FP32 logits).",
+    ),
+]
 HeadroomOpt = Annotated[
     float | None, typer.Option("--memory-headroom", help="Share of device memory kept free (default 0.0).")
 ]

@@ -11,6 +11,7 @@ import typer
 from hapmoe_milp.cli.options import (
     FLAGS,
     STATE,
+    CeFusionOpt,
     ClusterOpt,
     CudaGraphOpt,
     DispatcherOpt,
@@ -20,6 +21,8 @@ from hapmoe_milp.cli.options import (
     Fp8ParamOpt,
     Fp8RecipeOpt,
     FsdpOpt,
+    FusedRopeOpt,
+    FusedSwigluOpt,
     GbsOpt,
     GradBf16Opt,
     HeadroomOpt,
@@ -104,6 +107,9 @@ def estimate(
     optimizer_state_dtype: StateDtypeOpt = None,
     offload_modules: OffloadModulesOpt = None,
     dropout: DropoutOpt = None,
+    fused_swiglu: FusedSwigluOpt = None,
+    fused_rope: FusedRopeOpt = None,
+    cross_entropy_fusion: CeFusionOpt = None,
     memory_headroom: HeadroomOpt = None,
     simulate: Annotated[
         bool, typer.Option("--simulate", help="Event-driven 1F1B simulation instead of the closed form.")
@@ -135,6 +141,9 @@ def estimate(
         optimizer_state_dtype=optimizer_state_dtype,
         offload_modules=offload_modules,
         dropout=dropout,
+        fused_swiglu=fused_swiglu,
+        fused_rope=fused_rope,
+        cross_entropy_fusion=cross_entropy_fusion,
         memory_headroom=memory_headroom,
     )
     if plan is not None:
@@ -245,6 +254,9 @@ def solve(
     tp_overlap: TpOverlapOpt = None,
     grad_reduce_in_bf16: GradBf16Opt = None,
     fp8_param_gather: Fp8ParamOpt = None,
+    fused_swiglu: FusedSwigluOpt = None,
+    fused_rope: FusedRopeOpt = None,
+    cross_entropy_fusion: CeFusionOpt = None,
     optimizer_offload: OffloadOpt = "auto",
     out: Annotated[
         Path | None, typer.Option("--out", help="Write plan.json here (with --export: the launch folder).")
@@ -312,6 +324,9 @@ def solve(
             tp_comm_overlap=tp_overlap,
             grad_reduce_in_bf16=grad_reduce_in_bf16,
             fp8_param_gather=fp8_param_gather,
+            fused_swiglu=fused_swiglu,
+            fused_rope=fused_rope,
+            cross_entropy_fusion=cross_entropy_fusion,
         )
     assert sol.plan is not None
     with flags():

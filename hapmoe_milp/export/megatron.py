@@ -338,6 +338,23 @@ def megatron_args(plan: Plan, model: ModelSpec, cluster: ClusterSpec, settings: 
     if st.tp_comm_overlap and plan.stages[0].cfg.tp > 1:
         a += ["--tp-comm-overlap"]
     a += cuda_graph_args(st.cuda_graph_scope)
+    a += fusion_args(st, model)
+    return a
+
+
+def fusion_args(st: Settings, model: ModelSpec) -> list[str]:
+    """The element-wise fusions the cost model priced (cost/layer.py, cost/model.py), as Megatron flags
+    (core_v0.16.1 megatron/training/arguments.py ``--no-bias-swiglu-fusion``, ``--no-rope-fusion``; the
+    ``cross_entropy_loss_fusion`` field of ModelParallelConfig, a flag through ArgumentGroupFactory). Megatron's
+    defaults are the SwiGLU and rotary fusions on and the cross-entropy fusion off, so only a departure is
+    written."""
+    a: list[str] = []
+    if not st.fused_swiglu and model.swiglu:
+        a += ["--no-bias-swiglu-fusion"]
+    if not st.fused_rope and position_embedding(model) == "rope" and not model.multi_latent_attention:
+        a += ["--no-rope-fusion"]
+    if st.cross_entropy_fusion:
+        a += ["--cross-entropy-loss-fusion"]
     return a
 
 

@@ -29,6 +29,7 @@ from hapmoe_milp.config import Settings
 from hapmoe_milp.errors import ExportError
 from hapmoe_milp.export.common import GENERATED_MARK, stage_layers
 from hapmoe_milp.export.megatron import Flavor, megatron_args, parse_megatron_args
+from hapmoe_milp.export.megatron_arch import position_embedding
 from hapmoe_milp.plan import Plan
 from hapmoe_milp.specs.cluster import ClusterSpec
 from hapmoe_milp.specs.model import ModelSpec
@@ -43,6 +44,9 @@ SPLIT_FLAGS = (
 )
 # Megatron-LM flags MindSpeed-LLM spells its own way (features_manager/moe/shared_expert.py)
 RENAMED = {"--moe-shared-expert-gate": "--shared-expert-gate"}
+# Megatron's opt-out fusion flags: under ``--transformer-impl local`` MindSpeed's NPU fusions are opt-in instead
+# (``fusion_flags``), so these are dropped
+MEGATRON_FUSION_OPT_OUTS = ("--no-bias-swiglu-fusion", "--no-rope-fusion")
 MINDSPEED_ENV: tuple[tuple[str, str, str], ...] = (
     ("CUDA_DEVICE_MAX_CONNECTIONS", "1", "MindSpeed-LLM examples set it on every run"),
     ("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True", "MindSpeed-LLM examples: fewer fragmentation OOMs"),
@@ -74,7 +78,7 @@ def mindspeed_args(plan: Plan, model: ModelSpec, cluster: ClusterSpec, settings:
     skip = False
     for tok in megatron_args(plan, model, cluster, settings):
         if tok.startswith("--"):
-            skip = tok in SPLIT_FLAGS
+            skip = tok in SPLIT_FLAGS or tok in MEGATRON_FUSION_OPT_OUTS
             tok = RENAMED.get(tok, tok)
         if not skip:
             out.append(tok)
@@ -83,7 +87,21 @@ def mindspeed_args(plan: Plan, model: ModelSpec, cluster: ClusterSpec, settings:
         out += ["--num-layer-list", ",".join(str(n) for n in layers)]
     if plan.stages[0].cfg.cp > 1:
         out += ["--context-parallel-algo", "megatron_cp_algo"]
+    out += fusion_flags(plan.settings(settings), model)
     return [*out, "--use-mcore-models", "--transformer-impl", "local"]
+
+
+def fusion_flags(st: Settings, model: ModelSpec) -> list[str]:
+    """MindSpeed's opt-in NPU fusions the cost model priced as fused (``Settings.fused_swiglu`` / ``fused_rope``,
+    cost/layer.py): ``--use-fused-swiglu`` (MindSpeed ``features_manager/megatron_basic/megatron_basic.py``, with
+    ``--swiglu``) and ``--use-fused-rotary-pos-emb`` (MindSpeed-LLM ``features_manager/common/rotary.py``@c77308a1);
+    without them the run takes the element-wise chains, which the cost model prices when the settings say so."""
+    a: list[str] = []
+    if st.fused_swiglu and model.swiglu:
+        a += ["--use-fused-swiglu"]
+    if st.fused_rope and position_embedding(model) == "rope" and not model.multi_latent_attention:
+        a += ["--use-fused-rotary-pos-emb"]
+    return a
 
 
 def parse_mindspeed_args(args: Sequence[str] | str) -> dict[str, Any]:
