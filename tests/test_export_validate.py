@@ -309,6 +309,8 @@ CASES: list[Case] = [
     Case("rule_vpp_needs_pp_gt_1", plan([24], ["h800"], G8, vpp=2)),
     Case("rule_vpp_microbatches_divisible_by_pp", plan([8, 8, 8], ["h800", "h800", "910b"], G4, vpp=2)),
     Case("rule_ep_overlap_requirements", GOOD_MG, kw={"settings": Settings(overlap_ep_comm=True)}),
+    # Megatron-Core refuses mlp graphs when every layer is MoE (Mixtral-S); the dense case is below
+    Case("rule_cuda_graph_scope_fits_the_model", GOOD_MG, kw={"settings": Settings(cuda_graph_scope="attn,mlp")}),
     # ---- Megatron target, edited arguments
     Case("rule_args_match_plan", GOOD_MG, kw={"args": LAYOUT_ARGS(set_={"--global-batch-size": ["512"]})}),
     Case("rule_moe_tp_needs_sequence_parallel", GOOD_MG, kw={"args": LAYOUT_ARGS(drop=("--sequence-parallel",))}),
@@ -446,6 +448,14 @@ def test_runtime_without_ep_overlap_or_graphs_refuses_them(settings: Settings, f
     assert field in {v.field for v in found if v.rule == "rule_runtime_overlap_and_graphs"}
     ok = validate(GOOD_MG, MIX, CAT.cluster("16-1-h"), "megatron", settings=Settings(cuda_graph_scope="attn"))
     assert "rule_runtime_overlap_and_graphs" not in {v.rule for v in ok}
+
+
+@pytest.mark.parametrize(("scope", "bad"), [("moe_router", True), ("attn,mlp", False), ("attn", False)])
+def test_a_dense_model_graphs_no_moe_parts(scope: str, bad: bool) -> None:
+    """core_v0.16.0 TransformerConfig: 'moe cuda graph is only supported for MoE'; mlp and attn are fine."""
+    p = plan([16, 16], HH, pc(tp=2, dp=4), cluster="16-1-h")
+    found = validate(p, DENSE, H16, "megatron", settings=Settings(cuda_graph_scope=scope))
+    assert any(v.rule == "rule_cuda_graph_scope_fits_the_model" for v in found) is bad
 
 
 def test_every_rule_has_a_case() -> None:

@@ -136,6 +136,24 @@ def rule_ep_overlap_requirements(ctx: Context) -> Iterator[Violation]:
         )
 
 
+@rule(*ONE_MESH)
+def rule_cuda_graph_scope_fits_the_model(ctx: Context) -> Iterator[Violation]:
+    """Megatron-Core checks the graphed parts against the model (core_v0.16.0 (3bec9aa97d)
+    ``transformer_config.py`` ``__post_init__``): MoE parts need MoE layers, and ``mlp`` needs dense ones
+    (refused when every layer is MoE)."""
+    scope = ctx.settings.cuda_graph_scope
+    if scope in ("none", "layer"):
+        return
+    parts = graph_parts(scope)
+    mlps = {ctx.model.kind_parts(k)[1] for k in ctx.model.decoder_kinds}
+    if not ctx.model.is_moe and {"moe", "moe_router", "moe_preprocess"} & parts:
+        yield violation("settings.cuda_graph_scope", f"{scope}: MoE graph parts need an MoE model")
+    if "mlp" in parts and "dense" not in mlps:
+        yield violation(
+            "settings.cuda_graph_scope", f"{scope}: mlp is graphed only in dense layers, and this model has none"
+        )
+
+
 # ---------------------------------------------------------------------- Megatron artifact rules
 @rule(*ONE_MESH, tier="artifact")
 def rule_args_match_plan(ctx: Context) -> Iterator[Violation]:
