@@ -124,10 +124,15 @@ def tiny_model(
 
 
 def tiny_cluster(catalog: Catalog, spec: list[tuple[str, int, float | None]]) -> ClusterSpec:
-    """Partial nodes of catalog devices, optionally with memory shrunk so the memory constraint binds."""
+    """Partial nodes of catalog devices, optionally with memory shrunk so the memory constraint binds.
+
+    The host-CPU bound is switched off (``call_us`` 0): a tiny model's calls do not shrink with its shapes, so
+    every span would be host-bound and the cost landscape these search tests were sized for would flatten
+    (tests/test_cost_host_bound.py prices the bound itself)."""
     groups = []
     for did, n, mem in spec:
         dev = catalog.device(did)
+        dev = replace(dev, runtime=replace(dev.runtime, call_us=0.0))
         if mem is not None:
             # the capacity these tests were sized for: `mem` less 5 % and a 2 GiB framework overhead, with no
             # allocator slack or DeepEP buffers (cost/memory.py's device terms), so the constraint binds as set

@@ -237,7 +237,8 @@ def test_whole_layer_graphs_remove_exactly_the_launch_idle_and_keep_the_sync():
             c,
             {
                 "h100": replace(
-                    c.device("h100"), runtime=replace(c.device("h100").runtime, launch_us=launch, sync_us=sync)
+                    c.device("h100"),
+                    runtime=replace(c.device("h100").runtime, launch_us=launch, sync_us=sync, call_us=0.0),
                 )
             },
         )

@@ -41,7 +41,9 @@ def test_hidden_idle_is_the_schedule_share_of_the_shorter_of_idle_and_backward(d
 
 
 def _layer(m, cluster, cfg, dispatcher, overlap, launch_us, share):
-    dev = with_rt(cluster.device("h100"), launch_us=launch_us, sync_us=0.0, flex_overlap=share, ep_overlap=share)
+    dev = with_rt(
+        cluster.device("h100"), launch_us=launch_us, sync_us=0.0, call_us=0.0, flex_overlap=share, ep_overlap=share
+    )
     cc = with_devices(cluster, {"h100": dev})
     st = Settings(dispatcher=dispatcher, overlap_ep_comm=overlap, seq_length=4096, micro_batch_size=1)
     return CostModel(m, cc, st).layer("h100", cfg, 1, "moe", "none")
@@ -52,7 +54,8 @@ def _layer(m, cluster, cfg, dispatcher, overlap, launch_us, share):
 def test_overlap_removes_that_share_of_the_forward_launch_idle_of_a_moe_layer(dispatcher, share):
     """Qwen3-30B-A3B at EP16, MBS 1, 4K tokens: the forward launch idle (kernels x launch_us) is far
     shorter than the backward's computation, so overlap removes exactly ``share`` of it; the backward's
-    own idle stays (the forward it runs beside is not launch-bound behind a sync)."""
+    own idle stays (the forward it runs beside is not launch-bound behind a sync). The host-CPU bound is
+    off (``call_us`` 0) so only the launch terms move (tests/test_cost_host_bound.py prices it)."""
     m = CAT.model("qwen3-30b-a3b")
     c = CAT.cluster("16xh100")
     cfg = ParallelConfig(dp=16, ep=16, etp=1)
@@ -73,7 +76,7 @@ def test_dense_layers_and_runs_without_overlap_keep_their_launch_idle():
     m = CAT.model("llama-3-8b")
     c = CAT.cluster("8xh100")
     cfg = ParallelConfig(dp=8)
-    dev = with_rt(c.device("h100"), launch_us=12.0, sync_us=0.0)
+    dev = with_rt(c.device("h100"), launch_us=12.0, sync_us=0.0, call_us=0.0)
     cc = with_devices(c, {"h100": dev})
     k = layer_kernels(m, cfg, "dense", "alltoall", "bf16", "none")
     for overlap in (False, True):

@@ -62,7 +62,8 @@ def test_host_overhead_is_launches_times_gap_plus_syncs(kind):
     from hapmoe_milp.calibration.fidelity import with_devices
 
     def layer(launch: float, sync: float):
-        cc = with_devices(c, {"h100": with_rt(c.device("h100"), launch_us=launch, sync_us=sync)})
+        dev = with_rt(c.device("h100"), launch_us=launch, sync_us=sync, call_us=0.0)  # the launch terms alone
+        cc = with_devices(c, {"h100": dev})
         return CostModel(m, cc, Settings()).layer("h100", cfg, 1, kind, "none")
 
     k = layer_kernels(m, cfg, kind, "alltoall", "bf16", "none")
@@ -125,17 +126,23 @@ def test_longer_sequences_amortise_per_micro_batch_costs_for_fine_grained_moe():
     as 4K ones, while their attention costs more per token. Which wins depends on that balance, so only the two
     effects are asserted (the total ordering once held only because the dense DP256 gradient sync was priced at
     one NIC and hid behind the longer last backward)."""
+    from hapmoe_milp.calibration.fidelity import with_devices
     from hapmoe_milp.cost.estimate import estimate
     from hapmoe_milp.knobs import plan_from_knobs
 
     m, c = CAT.model("qwen3-30b-a3b"), CAT.cluster("256xh100")
-    out = {}
-    for seq, gbs in ((4096, 1024), (16384, 256)):
-        st = Settings(seq_length=seq, global_batch_size=gbs, micro_batch_size=1, dispatcher="alltoall")
-        plan = plan_from_knobs(m, c, st, tp=1, pp=1, ep=8, etp=1)
-        out[seq] = estimate(m, c, plan, st).breakdown
-    assert out[4096]["host"] / out[16384]["host"] == pytest.approx(4.0, rel=0.02)  # same kernels, 4x the passes
-    assert out[16384]["compute"] > out[4096]["compute"]  # attention grows with the key length
+    out: dict[tuple[int, float], dict[str, float]] = {}
+    for call_us in (0.0, 300.0):
+        cc = with_devices(c, {"h100": with_rt(c.device("h100"), call_us=call_us)})
+        for seq, gbs in ((4096, 1024), (16384, 256)):
+            st = Settings(seq_length=seq, global_batch_size=gbs, micro_batch_size=1, dispatcher="alltoall")
+            plan = plan_from_knobs(m, cc, st, tp=1, pp=1, ep=8, etp=1)
+            out[seq, call_us] = estimate(m, cc, plan, st).breakdown
+    # launches and syncs: same kernels, 4x the passes
+    assert out[4096, 0.0]["host"] / out[16384, 0.0]["host"] == pytest.approx(4.0, rel=0.02)
+    # a host-CPU bound that binds on the short micro-batches and less (or not) on the long ones amortises more
+    assert out[4096, 300.0]["host"] / out[16384, 300.0]["host"] > 4.0 * 1.02
+    assert out[16384, 0.0]["compute"] > out[4096, 0.0]["compute"]  # attention grows with the key length
 
 
 # ------------------------------------------------------------------ dispatch

@@ -936,6 +936,15 @@ def default_runtime(dev: Device) -> dict[str, A]:
             f"401,840 kernels per step = 10.5-12.0 us ({MBRIDGE_DISPATCH}); taken for every device on the same "
             "software stack until profiled or calibrated",
         ),
+        "call_us": asm(
+            80.0,
+            "assumed: host CPU per eager call, forward or backward, between a plain op's (torch.nn.Linear forward "
+            "13.48 us on an x86 DGX H100 host, https://github.com/NVIDIA/TransformerEngine/issues/2053) and a "
+            "Megatron-Core Transformer Engine linear's (TEColumnParallelLinear forward 140 us, 115 us after "
+            "https://github.com/NVIDIA/TransformerEngine/pull/1191, BF16, TP1); every structural kernel is taken as "
+            "a call of that average cost (one expert's GEMM with its set-up inside GroupedLinear included); the same "
+            "for every device until profiled or calibrated",
+        ),
         "sync_us": asm(50.0, "assumed: device-to-host copy latency plus draining the host's run-ahead queue"),
         "gemm_scale": der(1.0, "1 = the derived gemm_efficiency curve as tabulated"),
         "fp8_gemm_scale": asm(

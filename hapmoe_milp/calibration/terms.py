@@ -42,6 +42,7 @@ KERNEL_TERMS = (
 )
 STACK_TERMS = (
     "launch_us",
+    "call_us",
     "sync_us",
     "stack_compute_scale",
     "ep_overlap",

@@ -96,6 +96,14 @@ collectives issued inside it. What each scope wraps is read from Megatron-LM cor
   GShard layer are captured only by whole-layer graphs (GShard also by ``moe``).
 - ``layer``: every group. The dropless router's host sync always stays: a graph cannot wait on a host-read count.
 
+Calls (``LayerKernels.calls_fwd`` / ``calls_bwd``): what the host spends CPU time on is its calls, not the
+kernels they launch. Each structural kernel above stands for one call (inside Transformer Engine's
+``GroupedLinear`` each expert's GEMM has its own set-up on the host: the split, two ``torch.empty`` per GEMM and
+a quantizer per expert, TE issue #1499); the FP8 casts and the collectives are launched from inside the call
+they serve and add none. The backward makes one call per forward call, full recompute repeats the forward's,
+and captured parts make none. A span whose calls take the host longer than the device takes to run it is
+host-bound (``cost.primitives.host_bound_excess``).
+
 Syncs: the dropless router needs each expert's token count on the host to size the grouped GEMM and
 the dispatch buffers, one sync per MoE layer forward (the backward reuses the counts). Read from the code:
 the all-to-all dispatcher copies its counts and splits to the host on a side stream at one point and
@@ -145,6 +153,8 @@ class LayerKernels:
     bwd: float
     syncs_fwd: float
     syncs_bwd: float
+    calls_fwd: float = 0.0  # host calls made eagerly (see ``_Group.calls``)
+    calls_bwd: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -161,6 +171,19 @@ class _Group:
     collectives: int = 0
     bf16_gemms: int = 0
     expert_gemms: int = 0
+
+    def calls(self, full_recompute: bool) -> tuple[float, float]:
+        """(forward, backward) host calls of this group on one micro-batch, for the host-CPU bound
+        (:func:`hapmoe_milp.cost.primitives.host_bound_excess`).
+
+        Each structural kernel stands for one call the host makes: a framework op, or inside Transformer
+        Engine's ``GroupedLinear`` one expert's GEMM with its own set-up (the split, two ``torch.empty`` per GEMM
+        and a quantizer per expert, TE issue #1499). FP8 casts and collectives are issued from inside the call
+        they serve, so they add kernels but no calls. Backward: one call back per forward call (autograd runs
+        each op's backward); full recompute repeats the forward's calls.
+        """
+        fwd = float(self.kernels)
+        return fwd, fwd + (fwd if full_recompute else 0.0)
 
     def counts(self, precision: str, fp8_recipe: str, full_recompute: bool) -> tuple[float, float]:
         """(forward, backward) kernels of this group on one micro-batch."""
@@ -197,15 +220,25 @@ def layer_kernels(
     groups = _groups(m, cfg, kind, dispatcher, gshard)
     parts = graph_parts(cuda_graph_scope)
     whole = cuda_graph_scope == "layer"
-    fwd = bwd = 0.0
+    fwd = bwd = calls_f = calls_b = 0.0
     for grp in groups:
         if whole or grp.captured(parts):
             continue
         f, b = grp.counts(precision, fp8_recipe, recompute == "full")
         fwd += f
         bwd += b
+        cf, cb = grp.calls(recompute == "full")
+        calls_f += cf
+        calls_b += cb
     syncs = 1.0 if m.kind_is_moe(kind) else 0.0  # the dropless host sync: a graph cannot wait on a host-read count
-    return LayerKernels(fwd=fwd, bwd=bwd, syncs_fwd=syncs, syncs_bwd=syncs if recompute == "full" else 0.0)
+    return LayerKernels(
+        fwd=fwd,
+        bwd=bwd,
+        syncs_fwd=syncs,
+        syncs_bwd=syncs if recompute == "full" else 0.0,
+        calls_fwd=calls_f,
+        calls_bwd=calls_b,
+    )
 
 
 def _groups(m: ModelSpec, cfg: ParallelConfig, kind: LayerKind, dispatcher: str, gshard: bool) -> list[_Group]:

@@ -45,6 +45,7 @@ from hapmoe_milp.cost.primitives import (
     ep_overlap_share,
     expert_gemm_time,
     gemm_time,
+    host_bound_excess,
     host_overhead,
     memory_time,
 )
@@ -266,6 +267,19 @@ class CostModel:
         host_b = host_overhead(kern.bwd, dev, kern.syncs_bwd)
         if st.overlap_ep_comm and base.is_moe and base.ep_total > 0:
             host_f -= ep_overlap_host_hidden(dev, st.dispatcher, host_f, c.b_comp)
+        # ---- host-bound spans: the forward (bounded by its sync) and the backward each last at least as long as
+        # their framework calls; under EP-communication overlap one micro-batch's forward layer and another's
+        # backward layer are issued as one interleaved span, so their calls and device time pool
+        dev_f, dev_b = base.gpu_f + host_f + base.fsdp_f, gpu_b + host_b + base.fsdp_b
+        if st.overlap_ep_comm and base.is_moe and base.ep_total > 0:
+            calls = kern.calls_fwd + kern.calls_bwd
+            excess = host_bound_excess(dev, calls, dev_f + dev_b)
+            share = kern.calls_fwd / calls if calls > 0 else 0.0
+            host_f += share * excess
+            host_b += (1.0 - share) * excess
+        else:
+            host_f += host_bound_excess(dev, kern.calls_fwd, dev_f)
+            host_b += host_bound_excess(dev, kern.calls_bwd, dev_b)
         # ---- memory: stored activations and the working set under this recompute
         act = stored_bytes(base.terms, spec, st.offload_modules)
         work = layer_working_bytes(m, st, cfg, b, kind, base.terms, spec, c.routed_rows)

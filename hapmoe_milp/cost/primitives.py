@@ -104,6 +104,25 @@ def host_overhead(kernels: float, dev: DeviceSpec, syncs: float = 0.0) -> float:
     return (kernels * rt.launch_us + syncs * rt.sync_us) * 1e-6
 
 
+def host_bound_excess(dev: DeviceSpec, calls: float, device_s: float) -> float:
+    """Seconds a span's host calls add when the host, not the device, sets its pace.
+
+    The host runs ahead of the device while each call's CPU work (argument checks, tensor and quantizer
+    set-up, autograd bookkeeping: ``call_us``) is shorter than the device work it issues. A span of short
+    kernels (fine-grained experts, one micro-batch of a few thousand tokens) turns that round: the device
+    finishes each kernel before the host has issued the next, and the span lasts as long as its calls. A
+    CUDA graph replays its captured calls without the host. ``device_s`` is the span's device timeline (work,
+    exposed communication and launch idle), so the excess is ``max(0, calls x call_us - device_s)``: zero
+    while the device is the bottleneck, which is why longer micro-batches hide the host entirely.
+
+    The shipped ``call_us`` (80 us, assumed) lies between a plain op's host CPU time (``torch.nn.Linear`` forward,
+    13.48 us on an x86 DGX H100 host: TransformerEngine issue #2053) and a Megatron-Core Transformer Engine
+    linear's (``TEColumnParallelLinear`` forward, 140 us, 115 us after TransformerEngine PR #1191).
+    """
+    host_s = calls * dev.runtime.call_us * 1e-6
+    return max(0.0, host_s - device_s)
+
+
 def ep_overlap_host_hidden(dev: DeviceSpec, dispatcher: str, host_fwd: float, other_bwd_compute: float) -> float:
     """Forward launch idle of a MoE layer that EP-communication overlap hides, per micro-batch.
 

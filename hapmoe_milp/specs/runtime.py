@@ -41,6 +41,15 @@ PARAMS: tuple[ParamInfo, ...] = (
         "small ops, stream waits and syncs empty the queue); paid per kernel, per layer and micro-batch",
     ),
     ParamInfo(
+        "call_us",
+        "us",
+        1.0,
+        1000.0,
+        "host CPU time per call the host makes eagerly (a framework op, or one expert's GEMM with its set-up "
+        "inside a grouped linear), forward or backward: when a layer's calls take longer than the device takes "
+        "to run what they issue, the host sets the pace and the excess is device idle",
+    ),
+    ParamInfo(
         "sync_us",
         "us",
         2.0,
@@ -185,6 +194,7 @@ class RuntimeParams:
     """
 
     launch_us: float = 6.0
+    call_us: float = 80.0
     sync_us: float = 50.0
     gemm_scale: float = 1.0
     fp8_gemm_scale: float = 0.9
@@ -209,6 +219,7 @@ class RuntimeParams:
         for reasoning about what the terms add). Not a physical device; bypasses the ranges on purpose."""
         return cls(
             launch_us=0.0,
+            call_us=0.0,
             sync_us=0.0,
             fp8_gemm_scale=1.0,
             grouped_rows_half=0.0,
