@@ -393,6 +393,10 @@ class Settings:
         return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
 
 
+#: The on/off settings: every ``bool`` field of :class:`Settings` (a runs file may set each of them too).
+BOOL_SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(Settings) if f.type == "bool")
+
+
 def _jsonable(v: Any) -> Any:
     return list(v) if isinstance(v, tuple) else v
 
@@ -415,24 +419,7 @@ def _checked(s: Settings) -> dict[str, Any]:
         ),
     }
     out["cuda_graph_scope"] = check_graph_scope(s.cuda_graph_scope)
-    for name in (
-        "distributed_optimizer",
-        "overlap_grad_reduce",
-        "overlap_param_gather",
-        "overlap_ep_comm",
-        "tp_comm_overlap",
-    ):
-        out[name] = check_bool(name, getattr(s, name))
-    out["optimizer_offload"] = check_bool("optimizer_offload", s.optimizer_offload)
-    for name in (
-        "grad_reduce_in_bf16",
-        "fp8_param_gather",
-        "dropout",
-        "legacy_model",
-        "fused_swiglu",
-        "fused_rope",
-        "cross_entropy_fusion",
-    ):
+    for name in BOOL_SETTINGS:
         out[name] = check_bool(name, getattr(s, name))
     out["optimizer_state_dtype"] = check_choice("optimizer_state_dtype", s.optimizer_state_dtype, STATE_DTYPES)
     out["main_params_dtype"] = check_choice("main_params_dtype", s.main_params_dtype, MAIN_PARAM_DTYPES)

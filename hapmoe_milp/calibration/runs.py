@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hapmoe_milp.config import DISPATCHERS, FP8_RECIPES, check_graph_scope, check_recompute
+from hapmoe_milp.config import BOOL_SETTINGS, DISPATCHERS, FP8_RECIPES, check_graph_scope, check_recompute
 from hapmoe_milp.errors import HapmoeError, SettingsError, SpecError
 from hapmoe_milp.limits import (
     RANGE_MEMORY_GIB,
@@ -36,21 +36,6 @@ MEASURE_RANGES = {
     "tokens_per_s_per_device": RANGE_TOKENS_PER_S_PER_DEVICE,
     "tokens_per_s": RANGE_TOKENS_PER_S,
 }
-SETTING_BOOLS = (
-    "overlap_ep_comm",
-    "tp_comm_overlap",
-    "overlap_grad_reduce",
-    "overlap_param_gather",
-    "optimizer_offload",
-    "distributed_optimizer",
-    "grad_reduce_in_bf16",
-    "fp8_param_gather",
-    "dropout",
-    "legacy_model",
-    "fused_swiglu",
-    "fused_rope",
-    "cross_entropy_fusion",
-)
 #: Model fields (Megatron names) a run may set where its launch differs from the catalog model: the flags a
 #: script leaves at Megatron's defaults (FlagPerf's LLaMA-3 launches tie the embeddings, keep linear biases and
 #: learned absolute position embeddings)
@@ -66,32 +51,6 @@ MEMORY_KINDS = ("allocated", "reserved", "device")
 #: the hottest stage in every row so marked), ``any`` (the source does not say which GPU or which summary
 #: over GPUs the figure is: comparable with a per-rank prediction only where every rank holds the same).
 MEMORY_RANKS = ("hottest", "any")
-COLUMNS = (
-    "id",
-    "source",
-    "stack",
-    "model",
-    "cluster",
-    *KNOBS,
-    "layout",
-    "recompute",
-    "seq_length",
-    "global_batch_size",
-    "micro_batch_size",
-    "precision",
-    "fp8_recipe",
-    "dispatcher",
-    "cuda_graph_scope",
-    *SETTING_BOOLS,
-    *SETTING_FLOATS,
-    *SETTING_STRS,
-    *MODEL_BOOLS,
-    *MEASURES,
-    "peak_memory_gib",
-    "peak_memory_kind",
-    "peak_memory_rank",
-    "notes",
-)
 
 
 @dataclass(frozen=True)
@@ -176,7 +135,7 @@ def _run_from_fields(f: Fields) -> MeasuredRun:
         )
     value = math.nan if memory_only else f.float_(measures[0], within=MEASURE_RANGES[measures[0]])
     layout = f.str_("layout", None)
-    flags: dict[str, Any] = {k: f.bool_(k) for k in SETTING_BOOLS if f.has(k)}
+    flags: dict[str, Any] = {k: f.bool_(k) for k in BOOL_SETTINGS if f.has(k)}
     for k in SETTING_FLOATS:
         if f.has(k):
             flags[k] = f.float_(k, allow_zero=True)
@@ -257,7 +216,7 @@ def _csv_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _csv_value(key: str, v: str) -> Any:
-    if key in (*SETTING_BOOLS, *MODEL_BOOLS):
+    if key in (*BOOL_SETTINGS, *MODEL_BOOLS):
         low = v.lower()
         if low in ("true", "yes", "1"):
             return True
