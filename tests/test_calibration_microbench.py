@@ -186,6 +186,66 @@ def test_a_row_bound_must_be_point_or_lower():
         Row(**kw, bound="lowr")
 
 
+# ---------------------------------------------------------------- Mamba-2 SSD forward (kind ``ssd``)
+# The cited numbers, as printed: (batch, seq, heads, groups, chunk) -> milliseconds, or tokens/s for the vLLM row.
+# Shapes: head dim 64 and state 128 throughout.
+SSD_CITED = {
+    "h100-ssd-fwd-8k": ((1, 8192, 128, 1, 256), "tok/s", 1.262327e7),  # vLLM #27299, 'Original'
+    "b200-ssd-fwd-2x8k": ((2, 8192, 64, 8, 128), "ms", 0.720879),  # aiconfigurator B200 rc15
+    "b200-ssd-fwd-4x8k": ((4, 8192, 64, 8, 128), "ms", 1.435031),
+    "b200-ssd-fwd-16x8k": ((16, 8192, 64, 8, 128), "ms", 5.047087),
+    "b200-ssd-fwd-1x8k": ((1, 8192, 64, 8, 128), "ms", 0.718008),
+    "b200-ssd-fwd-1x32k": ((1, 32768, 64, 8, 128), "ms", 2.837588),
+    "b200-ssd-fwd-8h-4x8k": ((4, 8192, 8, 8, 128), "ms", 0.255),  # flashinfer #2709's Triton reference
+}
+
+
+def _ssd_flops_per_token(heads: int, chunk: int, head_dim: int = 64, state: int = 128) -> float:
+    """Written out apart from Mamba2Shape.scan_macs: per head, chunk/2 earlier tokens on state + head_dim inside
+    the chunk, plus the state update and read-out (2 x state x head_dim); 2 FLOPs per multiply-add."""
+    return 2.0 * heads * (chunk / 2 * (state + head_dim) + 2 * state * head_dim)
+
+
+def test_ssd_rows_are_the_cited_timings():
+    rows = {r.id: r for r in ROWS if r.kind == "ssd"}
+    assert set(rows) == set(SSD_CITED)
+    for rid, ((b, seq, heads, groups, chunk), unit, x) in SSD_CITED.items():
+        r = rows[rid]
+        assert r.shape == {
+            "batch": b, "seq": seq, "heads": heads, "head_dim": 64, "groups": groups, "state": 128, "chunk": chunk,
+        }  # fmt: skip
+        per_tok = _ssd_flops_per_token(heads, chunk)
+        tflops = per_tok * x / 1e12 if unit == "tok/s" else per_tok * b * seq / (x * 1e-3) / 1e12
+        assert r.value == pytest.approx(tflops, rel=0.005), rid
+        # one sequence (or eight heads) leaves most of a B200 idle: those rows only bound the table from below
+        assert r.bound == ("lower" if (b == 1 and r.device == "b200") or heads == 8 else "point"), rid
+
+
+def test_ssd_efficiency_is_the_anchor_over_the_bf16_peak():
+    for rid in ("h100-ssd-fwd-8k", "b200-ssd-fwd-2x8k"):
+        r = next(x for x in ROWS if x.id == rid)
+        dev = CAT.device(r.device)
+        assert r.role == "anchor"
+        assert dev.runtime.ssd_efficiency == pytest.approx(r.value / dev.peak("bf16"), rel=0.005)
+        assert dev.runtime_basis("ssd_efficiency") == "derived"
+    # Blackwell's Triton SSD reaches a smaller share of a larger peak: below Hopper's, not 2.3x above it
+    assert CAT.device("b200").runtime.ssd_efficiency * 2250 < CAT.device("h100").runtime.ssd_efficiency * 989.4
+    assert CAT.device("mi300x").runtime_basis("ssd_efficiency") == "assumed"
+
+
+def test_b200_ssd_efficiency_range_is_set_by_its_point_rows():
+    """Closed form, as for 910B attention: the term may move while every point row stays within 15%; the
+    lower-bound rows sit far below the table and do not bind."""
+    dev = CAT.device("b200")
+    lo, hi, ids = term_interval(dev, "ssd_efficiency", ROWS)
+    assert set(ids) == {rid for rid in SSD_CITED if rid.startswith("b200")}
+    eff = dev.runtime.ssd_efficiency
+    table = eff * dev.peak("bf16")
+    points = [r.value for r in rows_for("b200", ROWS) if r.kind == "ssd" and r.bound == "point"]
+    assert hi == pytest.approx(min(v * 1.15 / table for v in points) * eff, rel=1e-6)
+    assert lo == pytest.approx(max(v * 0.85 / table for v in points) * eff, rel=1e-6)
+
+
 # ---------------------------------------------------------------- reviewed, not held (issue 17 item 5)
 REVIEWED = load_document(ROOT / "bench" / "calibration" / "microbenchmarks.yaml").get("reviewed", [])
 REVIEWED_STATUS = {"other-library", "single-call"}  # why an entry is not a row (about the measurement)

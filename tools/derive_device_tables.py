@@ -85,6 +85,13 @@ HYBRID_EP = "https://github.com/deepseek-ai/DeepEP/blob/94a9f8f6b1/docs/README_H
 MORI = "https://github.com/ROCm/mori/blob/05bb5f4048/README.md"
 GROUPED_GEMM_PR = "https://github.com/tgale96/grouped_gemm/pull/37"
 MAMF = "https://github.com/stas00/ml-engineering/blob/744d01e18b/compute/accelerator/README.md"
+# Mamba-2 SSD forward timings (mamba_ssm's Triton mamba_chunk_scan_combined and its vLLM / TensorRT-LLM copies);
+# bench/calibration/microbenchmarks.yaml rows h100-ssd-*, b200-ssd-*
+SSD_VLLM = "https://github.com/vllm-project/vllm/pull/27299"
+SSD_AIC = (
+    "https://github.com/ai-dynamo/aiconfigurator/blob/4c5709ac66b6a30c4369dfe5ec838a94fc101840/aic-core/src/"
+    "aiconfigurator_core/systems/data/b200_sxm/linear_attention/trtllm/1.3.0rc15/mamba2_perf.parquet"
+)
 MBRIDGE_DISPATCH = (
     "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/190603a831/skills/nemo-mbridge-perf-moe-dispatcher-selection/"
     "SKILL.md"
@@ -286,6 +293,13 @@ def devices() -> list[Device]:
                 src(370, "8-GPU ring all-reduce busbw 365-370 GB/s (nccl-tests #212, nccl #1455)"),
             ),
             runtime={
+                "ssd_efficiency": der(
+                    0.134,
+                    f"Mamba-2 SSD forward (vLLM's copy of mamba_ssm's Triton mamba_chunk_scan_combined) on one H100: "
+                    f"1.262e7 tokens/s at 8192 tokens, 128 heads of dim 64, 1 group, state 128 ({SSD_VLLM}, "
+                    "microbenchmark table 'Original', 2025-10-25); at chunk 256 (the model config the PR's second table "
+                    "matches) 2 x scan_macs = 10.49 MFLOP per token, 132 TFLOP/s = 0.134 of 989.4",
+                ),
                 "fp8_gemm_scale": der(
                     0.88,
                     f"maximum achievable matmul on H100 SXM: FP8 70.9% vs BF16 80.3% of peak ({MAMF}; rows 54, 60)",
@@ -516,6 +530,12 @@ def devices() -> list[Device]:
                 asm(720, "assumed: ring all-reduce busbw = 0.8 x 900 GB/s per-device NVLink; no public number cited"),
             ),
             runtime={
+                "ssd_efficiency": der(
+                    0.0371,
+                    f"Mamba-2 SSD forward (TensorRT-LLM 1.3.0rc15's copy of mamba_ssm's Triton mamba_chunk_scan_combined) "
+                    f"on B200 at Nemotron 3 Nano's shape (64 heads of dim 64, 8 groups, state 128, chunk 128), batch 2 x "
+                    f"8192: 0.7209 ms ({SSD_AIC}); 2 x scan_macs = 3.67 MFLOP per token, 83.4 TFLOP/s = 0.0371 of 2250",
+                ),
                 "fp8_gemm_scale": der(
                     0.98,
                     f"maximum achievable matmul on B200 SXM: FP8 76.3% vs BF16 77.6% of peak ({MAMF}; rows 55, 61)",
@@ -960,6 +980,11 @@ def default_runtime(dev: Device) -> dict[str, A]:
             "calibration decides",
         ),
         "attention_scale": der(1.0, "1 = the attention efficiency curves as tabulated"),
+        "ssd_efficiency": asm(
+            0.134,
+            "assumed: H100's measured fraction of BF16 peak in Mamba-2's Triton SSD forward (see the h100 table), "
+            "until measured on this device",
+        ),
         "memory_efficiency": dev.memory_bound_efficiency,
         "a2a_intra_GBps": der(
             dev.intra_busbw["all_to_all"].value, "= the intra-node all-to-all busbw anchor (NCCL all_to_all_single)"

@@ -21,10 +21,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from hapmoe_milp.cost.primitives import attention_time, collective_time, gemm_time
+from hapmoe_milp.cost.primitives import attention_time, collective_time, gemm_time, ssd_time
 from hapmoe_milp.errors import SpecError
 from hapmoe_milp.specs._fields import load_document
 from hapmoe_milp.specs.device import DeviceSpec
+from hapmoe_milp.specs.mixers import Mamba2Shape
 from hapmoe_milp.specs.runtime import PARAM_INFO
 
 MICROBENCH_FILE = Path("bench") / "calibration" / "microbenchmarks.yaml"
@@ -72,6 +73,8 @@ class Row:
             return ("memory_efficiency",)
         if self.kind == "attention":
             return ("attention_scale",)
+        if self.kind == "ssd":
+            return ("ssd_efficiency",)
         if self.kind in PARAM_INFO:
             return (self.kind,)
         return ()  # collectives live in the tables, not in runtime terms
@@ -124,6 +127,13 @@ def predicted(dev: DeviceSpec, row: Row) -> float:
         bwd = sh.get("direction", "fwd") == "bwd"
         flops *= 2.5 if bwd else 1.0
         return flops / attention_time(dev, flops, s, backward=bwd) / 1e12
+    if row.kind == "ssd":
+        # Mamba-2's SSD forward over batch x seq tokens, FLOPs counted as the cost model counts them
+        shape = Mamba2Shape(
+            hidden=1, heads=sh["heads"], head_dim=sh["head_dim"], groups=sh["groups"], state=sh["state"]
+        )
+        flops = 2 * sh["batch"] * sh["seq"] * shape.scan_macs(sh["chunk"])
+        return flops / ssd_time(dev, flops) / 1e12
     if row.kind in COLLECTIVE_KINDS:
         n, size = sh["ranks"], sh["bytes"]
         link = sh.get("link", "intra")

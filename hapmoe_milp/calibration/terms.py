@@ -33,6 +33,7 @@ KERNEL_TERMS = (
     "fp8_gemm_scale",
     "grouped_rows_half",
     "attention_scale",
+    "ssd_efficiency",
     "memory_efficiency",
     "a2a_intra_GBps",
     "a2a_inter_GBps",

@@ -10,12 +10,16 @@ Per rank and micro-batch, ``t`` tokens of the CP shard run through the TP-sharde
 
 - projections: the in-projection (``in_proj_out / TP`` columns) and the out-projection (``inner / TP``
   rows) as GEMMs;
-- the chunked scan (SSD for Mamba-2, the chunked delta rule for gated DeltaNet) as tensor-core work at the
-  device's attention-kernel efficiency for the sequence length, an assumption: both are blocked matmul
-  kernels like flash attention; backward is 2.5x forward as for attention;
+- Mamba-2's chunked SSD scan at the device's SSD efficiency (:func:`~hapmoe_milp.cost.primitives.ssd_time`),
+  read off published kernel timings (``bench/calibration/microbenchmarks.yaml``, kind ``ssd``): 3-13% of
+  the BF16 peak, an order below flash attention's. Backward is taken as 2.5x the forward's time (the
+  FLOP ratio used for attention; no public backward timing of the SSD kernels was found: an assumption);
+- gated DeltaNet's chunked delta rule as tensor-core work at the device's attention-kernel efficiency for
+  the sequence length, an assumption (blocked matmul kernels like flash attention, no kernel timing held
+  yet); backward 2.5x forward as for attention;
 - convolution, gates and norms as memory-bound passes over the conv channels (``MIXER_PASSES``).
 
-Mamba-1's selective scan is not a matmul kernel; we price it the same way (a stated simplification).
+Mamba-1's selective scan is not a matmul kernel; we price it as the delta rule (a stated simplification).
 Context parallelism for these mixers (Megatron's ``mamba_context_parallel.py``) switches the sequence
 shard for a head shard and back with all-to-alls: two of the mixer's input per direction.
 """
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hapmoe_milp.cost.primitives import BF16, attention_time, gemm_time, memory_time
+from hapmoe_milp.cost.primitives import BF16, attention_time, gemm_time, memory_time, ssd_time
 from hapmoe_milp.specs.device import DeviceSpec
 from hapmoe_milp.specs.mixers import GatedDeltaNetShape, Mamba1Shape, Mamba2Shape
 from hapmoe_milp.specs.model import ModelSpec
@@ -32,6 +36,8 @@ from hapmoe_milp.specs.model import ModelSpec
 # Read + write passes over the conv channels per forward: the causal convolution, its activation, the
 # gate/decay computations and the gated output norm (an assumption, as ELEMENTWISE_PASSES_H in layer.py).
 MIXER_PASSES = 8
+# Backward / forward time of Mamba-2's SSD scan: the attention FLOP ratio, assumed (module docstring).
+SSD_BWD_FACTOR = 2.5
 # Kernels per forward (estimates of Megatron-Core's layers with their fused kernels), of which GEMMs:
 # gated DeltaNet: norm, in-projection, conv, split/activation (2), q/k L2 norm (2), gates (2), the chunked
 # delta rule (6 kernels in flash-linear-attention), gated norm, out-projection, bias-dropout-add.
@@ -80,8 +86,12 @@ def mixer_cost(m: ModelSpec, dev: DeviceSpec, mixer: str, t: float, tp: int, seq
         small = shape.dt_rank + 2 * shape.state
         gemm_f += gemm_time(dev, t, small / tp, inner, prec) + gemm_time(dev, t, inner / tp, shape.dt_rank, prec)
     scan_flops = 2 * t * shape.scan_macs() / tp
-    scan_f = attention_time(dev, scan_flops, seq, backward=False)
-    scan_b = attention_time(dev, 2.5 * scan_flops, seq, backward=True)
+    if isinstance(shape, Mamba2Shape):
+        scan_f = ssd_time(dev, scan_flops)
+        scan_b = SSD_BWD_FACTOR * scan_f
+    else:
+        scan_f = attention_time(dev, scan_flops, seq, backward=False)
+        scan_b = attention_time(dev, 2.5 * scan_flops, seq, backward=True)
     elem = memory_time(dev, MIXER_PASSES * t * conv / tp * BF16)
     fwd = gemm_f + scan_f + elem
     bwd = 2 * gemm_f + scan_b + 2 * elem

@@ -84,6 +84,18 @@ def attention_time(dev: DeviceSpec, flops: float, seq: int, backward: bool) -> f
     return flops / (eff * dev.peak("bf16") * 1e12)
 
 
+def ssd_time(dev: DeviceSpec, flops: float) -> float:
+    """Mamba-2's chunked SSD scan at the device's measured SSD efficiency (``runtime.ssd_efficiency``).
+
+    Priced apart from attention: the SSD is five to eight short Triton kernels (chunk cumulative sums, chunk
+    states, state passing, the chunk-local matmuls) with FP32 intermediates, published at 3-13% of the BF16
+    peak on B200 and H100, where fused attention reaches 40-60% (``bench/calibration/microbenchmarks.yaml``,
+    kind ``ssd``)."""
+    if flops <= 0:
+        return 0.0
+    return flops / (dev.runtime.ssd_efficiency * dev.peak("bf16") * 1e12)
+
+
 def memory_time(dev: DeviceSpec, nbytes: float) -> float:
     """A memory-bound kernel moving ``nbytes`` (reads + writes) at the achieved HBM bandwidth."""
     if nbytes <= 0:

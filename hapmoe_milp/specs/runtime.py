@@ -97,6 +97,15 @@ PARAMS: tuple[ParamInfo, ...] = (
         "achieved / tabulated efficiency of the fused attention kernels",
     ),
     ParamInfo(
+        "ssd_efficiency",
+        "fraction",
+        0.005,
+        0.9,
+        "achieved fraction of the dense BF16 peak of Mamba-2's chunked SSD scan kernels (mamba_ssm's Triton "
+        "mamba_chunk_scan_combined), counting 2 x Mamba2Shape.scan_macs FLOPs per token; far below attention's "
+        "because the chunk, state-passing and cumulative-sum kernels are short, FP32 and memory-heavy",
+    ),
+    ParamInfo(
         "memory_efficiency",
         "fraction",
         0.2,
@@ -201,6 +210,7 @@ class RuntimeParams:
     grouped_rows_half: float = 128.0
     stack_compute_scale: float = 1.0
     attention_scale: float = 1.0
+    ssd_efficiency: float = 0.134
     memory_efficiency: float = 0.8
     a2a_intra_GBps: float = 150.0
     a2a_inter_GBps: float = 40.0
