@@ -246,6 +246,39 @@ def test_b200_ssd_efficiency_range_is_set_by_its_point_rows():
     assert lo == pytest.approx(max(v * 0.85 / table for v in points) * eff, rel=1e-6)
 
 
+# Gated DeltaNet: aiconfigurator @095f58a5, TRT-LLM 1.3.0rc20 gdn_perf tables, Qwen3.5-35B-A3B rows (16 key heads, 32
+# value heads, dims 128, chunk 64): (batch, seq) -> ms, as stored.
+GDN_CITED = {
+    "h100-gdn-fwd-2x8k": ((2, 8192), 1.044589),
+    "h100-gdn-fwd-4x8k": ((4, 8192), 2.055226),
+    "h100-gdn-fwd-4x4k": ((4, 4096), 1.032266),
+    "h100-gdn-fwd-1x8k": ((1, 8192), 0.648688),
+    "b200-gdn-fwd-2x8k": ((2, 8192), 0.861568),
+    "b200-gdn-fwd-4x8k": ((4, 8192), 1.597866),
+    "b200-gdn-fwd-4x4k": ((4, 4096), 0.813299),
+    "b200-gdn-fwd-1x8k": ((1, 8192), 0.534458),
+}
+
+
+def test_gdn_rows_are_the_cited_timings():
+    """FLOPs per token written out apart from GatedDeltaNetShape.scan_macs: per value head, chunk/2 earlier keys
+    on key_dim + value_dim inside the chunk plus three key_dim x value_dim state products; 2 per multiply-add."""
+    rows = {r.id: r for r in ROWS if r.kind == "gdn"}
+    assert set(rows) == set(GDN_CITED)
+    per_tok = 2.0 * 32 * (64 / 2 * (128 + 128) + 3 * 128 * 128)
+    for rid, ((b, seq), ms) in GDN_CITED.items():
+        r = rows[rid]
+        assert "aiconfigurator/blob/095f58a51c4ca8e61b66ec108d86f223f8d559ce" in r.source
+        assert r.shape == {
+            "batch": b, "seq": seq, "key_heads": 16, "value_heads": 32, "key_dim": 128, "value_dim": 128, "chunk": 64,
+        }  # fmt: skip
+        assert r.value == pytest.approx(per_tok * b * seq / (ms * 1e-3) / 1e12, rel=0.005), rid
+        assert r.bound == ("lower" if b == 1 else "point"), rid
+    for rid in ("h100-gdn-fwd-2x8k", "b200-gdn-fwd-2x8k"):
+        dev = CAT.device(rows[rid].device)
+        assert dev.runtime.gdn_efficiency == pytest.approx(rows[rid].value / dev.peak("bf16"), rel=0.005)
+
+
 # ---------------------------------------------------------------- reviewed, not held (issue 17 item 5)
 REVIEWED = load_document(ROOT / "bench" / "calibration" / "microbenchmarks.yaml").get("reviewed", [])
 REVIEWED_STATUS = {"other-library", "single-call"}  # why an entry is not a row (about the measurement)

@@ -20,7 +20,7 @@ from hapmoe_milp.cost.primitives import (
     gemm_time,
     memory_time,
     rail_busbw,
-    ssd_time,
+    scan_time,
 )
 from hapmoe_milp.errors import TableRangeError
 from hapmoe_milp.specs import Catalog
@@ -346,8 +346,9 @@ def test_constant_table_is_constant_everywhere():
     assert all(c(x) == 0.7 for x in (1e-6, 1.0, 1e3, 1e15))
 
 
-def test_ssd_time_is_flops_over_measured_fraction_of_bf16_peak() -> None:
+def test_scan_time_is_flops_over_the_kernels_measured_fraction_of_bf16_peak() -> None:
     dev = Catalog(use_calibrated=False).device("b200")
-    dev = replace(dev, runtime=dev.runtime.with_values({"ssd_efficiency": 0.04}))
-    assert ssd_time(dev, 9e12) == pytest.approx(9e12 / (0.04 * 2250e12))
-    assert ssd_time(dev, 0.0) == 0.0
+    dev = replace(dev, runtime=dev.runtime.with_values({"ssd_efficiency": 0.04, "gdn_efficiency": 0.03}))
+    assert scan_time(dev, 9e12, "ssd") == pytest.approx(9e12 / (0.04 * 2250e12))
+    assert scan_time(dev, 9e12, "gdn") == pytest.approx(9e12 / (0.03 * 2250e12))
+    assert scan_time(dev, 0.0, "gdn") == 0.0

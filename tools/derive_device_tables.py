@@ -88,6 +88,10 @@ MAMF = "https://github.com/stas00/ml-engineering/blob/744d01e18b/compute/acceler
 # Mamba-2 SSD forward timings (mamba_ssm's Triton mamba_chunk_scan_combined and its vLLM / TensorRT-LLM copies);
 # bench/calibration/microbenchmarks.yaml rows h100-ssd-*, b200-ssd-*
 SSD_VLLM = "https://github.com/vllm-project/vllm/pull/27299"
+GDN_AIC = (
+    "https://github.com/ai-dynamo/aiconfigurator/blob/095f58a51c4ca8e61b66ec108d86f223f8d559ce/aic-core/src/"
+    "aiconfigurator_core/systems/data/{gpu}/linear_attention/trtllm/1.3.0rc20/gdn_perf.parquet"
+)
 SSD_AIC = (
     "https://github.com/ai-dynamo/aiconfigurator/blob/4c5709ac66b6a30c4369dfe5ec838a94fc101840/aic-core/src/"
     "aiconfigurator_core/systems/data/b200_sxm/linear_attention/trtllm/1.3.0rc15/mamba2_perf.parquet"
@@ -299,6 +303,13 @@ def devices() -> list[Device]:
                     f"1.262e7 tokens/s at 8192 tokens, 128 heads of dim 64, 1 group, state 128 ({SSD_VLLM}, "
                     "microbenchmark table 'Original', 2025-10-25); at chunk 256 (the model config the PR's second table "
                     "matches) 2 x scan_macs = 10.49 MFLOP per token, 132 TFLOP/s = 0.134 of 989.4",
+                ),
+                "gdn_efficiency": der(
+                    0.0582,
+                    "gated DeltaNet's chunked delta rule forward (TensorRT-LLM 1.3.0rc20's copy of flash-linear-attention's "
+                    "Triton chunk_gated_delta_rule) on H100 at Qwen3-Next's shape (16 key heads, 32 value heads, dims 128, "
+                    f"chunk 64), batch 2 x 8192: 1.0446 ms ({GDN_AIC.format(gpu='h100_sxm')}, Qwen3.5-35B-A3B rows); 2 x "
+                    "scan_macs = 3.67 MFLOP per token, 57.6 TFLOP/s = 0.0582 of 989.4",
                 ),
                 "fp8_gemm_scale": der(
                     0.88,
@@ -535,6 +546,13 @@ def devices() -> list[Device]:
                     f"Mamba-2 SSD forward (TensorRT-LLM 1.3.0rc15's copy of mamba_ssm's Triton mamba_chunk_scan_combined) "
                     f"on B200 at Nemotron 3 Nano's shape (64 heads of dim 64, 8 groups, state 128, chunk 128), batch 2 x "
                     f"8192: 0.7209 ms ({SSD_AIC}); 2 x scan_macs = 3.67 MFLOP per token, 83.4 TFLOP/s = 0.0371 of 2250",
+                ),
+                "gdn_efficiency": der(
+                    0.031,
+                    "gated DeltaNet's chunked delta rule forward (TensorRT-LLM 1.3.0rc20's copy of flash-linear-attention's "
+                    "Triton chunk_gated_delta_rule) on B200 at Qwen3-Next's shape (16 key heads, 32 value heads, dims 128, "
+                    f"chunk 64), batch 2 x 8192: 0.8616 ms ({GDN_AIC.format(gpu='b200_sxm')}, Qwen3.5-35B-A3B rows); 2 x "
+                    "scan_macs = 3.67 MFLOP per token, 69.8 TFLOP/s = 0.0310 of 2250",
                 ),
                 "fp8_gemm_scale": der(
                     0.98,
@@ -984,6 +1002,11 @@ def default_runtime(dev: Device) -> dict[str, A]:
             0.134,
             "assumed: H100's measured fraction of BF16 peak in Mamba-2's Triton SSD forward (see the h100 table), "
             "until measured on this device",
+        ),
+        "gdn_efficiency": asm(
+            0.0582,
+            "assumed: H100's measured fraction of BF16 peak in gated DeltaNet's Triton chunked delta rule (see the "
+            "h100 table), until measured on this device",
         ),
         "memory_efficiency": dev.memory_bound_efficiency,
         "a2a_intra_GBps": der(

@@ -21,11 +21,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from hapmoe_milp.cost.primitives import attention_time, collective_time, gemm_time, ssd_time
+from hapmoe_milp.cost.primitives import SCAN_TERMS, attention_time, collective_time, gemm_time, scan_time
 from hapmoe_milp.errors import SpecError
 from hapmoe_milp.specs._fields import load_document
 from hapmoe_milp.specs.device import DeviceSpec
-from hapmoe_milp.specs.mixers import Mamba2Shape
+from hapmoe_milp.specs.mixers import GatedDeltaNetShape, Mamba2Shape
 from hapmoe_milp.specs.runtime import PARAM_INFO
 
 MICROBENCH_FILE = Path("bench") / "calibration" / "microbenchmarks.yaml"
@@ -73,8 +73,8 @@ class Row:
             return ("memory_efficiency",)
         if self.kind == "attention":
             return ("attention_scale",)
-        if self.kind == "ssd":
-            return ("ssd_efficiency",)
+        if self.kind in SCAN_TERMS:
+            return (SCAN_TERMS[self.kind],)
         if self.kind in PARAM_INFO:
             return (self.kind,)
         return ()  # collectives live in the tables, not in runtime terms
@@ -127,13 +127,22 @@ def predicted(dev: DeviceSpec, row: Row) -> float:
         bwd = sh.get("direction", "fwd") == "bwd"
         flops *= 2.5 if bwd else 1.0
         return flops / attention_time(dev, flops, s, backward=bwd) / 1e12
-    if row.kind == "ssd":
-        # Mamba-2's SSD forward over batch x seq tokens, FLOPs counted as the cost model counts them
-        shape = Mamba2Shape(
-            hidden=1, heads=sh["heads"], head_dim=sh["head_dim"], groups=sh["groups"], state=sh["state"]
-        )
-        flops = 2 * sh["batch"] * sh["seq"] * shape.scan_macs(sh["chunk"])
-        return flops / ssd_time(dev, flops) / 1e12
+    if row.kind in SCAN_TERMS:
+        # a chunked scan's forward over batch x seq tokens, FLOPs counted as the cost model counts them
+        if row.kind == "ssd":
+            macs = Mamba2Shape(
+                hidden=1, heads=sh["heads"], head_dim=sh["head_dim"], groups=sh["groups"], state=sh["state"]
+            ).scan_macs(sh["chunk"])
+        else:
+            macs = GatedDeltaNetShape(
+                hidden=1,
+                key_heads=sh["key_heads"],
+                value_heads=sh["value_heads"],
+                key_dim=sh["key_dim"],
+                value_dim=sh["value_dim"],
+            ).scan_macs(sh["chunk"])
+        flops = 2 * sh["batch"] * sh["seq"] * macs
+        return flops / scan_time(dev, flops, row.kind) / 1e12
     if row.kind in COLLECTIVE_KINDS:
         n, size = sh["ranks"], sh["bytes"]
         link = sh.get("link", "intra")

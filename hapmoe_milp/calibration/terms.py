@@ -34,6 +34,7 @@ KERNEL_TERMS = (
     "grouped_rows_half",
     "attention_scale",
     "ssd_efficiency",
+    "gdn_efficiency",
     "memory_efficiency",
     "a2a_intra_GBps",
     "a2a_inter_GBps",

@@ -10,16 +10,16 @@ Per rank and micro-batch, ``t`` tokens of the CP shard run through the TP-sharde
 
 - projections: the in-projection (``in_proj_out / TP`` columns) and the out-projection (``inner / TP``
   rows) as GEMMs;
-- Mamba-2's chunked SSD scan at the device's SSD efficiency (:func:`~hapmoe_milp.cost.primitives.ssd_time`),
-  read off published kernel timings (``bench/calibration/microbenchmarks.yaml``, kind ``ssd``): 3-13% of
-  the BF16 peak, an order below flash attention's. Backward is taken as 2.5x the forward's time (the
-  FLOP ratio used for attention; no public backward timing of the SSD kernels was found: an assumption);
-- gated DeltaNet's chunked delta rule as tensor-core work at the device's attention-kernel efficiency for
-  the sequence length, an assumption (blocked matmul kernels like flash attention, no kernel timing held
-  yet); backward 2.5x forward as for attention;
+- the chunked scan -- Mamba-2's SSD, gated DeltaNet's delta rule -- at the device's measured efficiency for
+  that kernel (:func:`~hapmoe_milp.cost.primitives.scan_time`), read off published timings of the Triton
+  kernels Megatron-Core runs (``bench/calibration/microbenchmarks.yaml``, kinds ``ssd`` and ``gdn``): 3-13%
+  of the BF16 peak, an order below flash attention's. Backward: the delta rule's is 3.1x its forward's time
+  (``GDN_BWD_FACTOR``, measured); the SSD's is taken as 2.5x (the FLOP ratio used for attention; no public
+  backward timing of the SSD kernels was found: an assumption);
 - convolution, gates and norms as memory-bound passes over the conv channels (``MIXER_PASSES``).
 
-Mamba-1's selective scan is not a matmul kernel; we price it as the delta rule (a stated simplification).
+Mamba-1's selective scan is not a chunked matmul kernel; we price it as tensor-core work at the device's
+attention-kernel efficiency (a stated simplification; no kernel timing held).
 Context parallelism for these mixers (Megatron's ``mamba_context_parallel.py``) switches the sequence
 shard for a head shard and back with all-to-alls: two of the mixer's input per direction.
 """
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hapmoe_milp.cost.primitives import BF16, attention_time, gemm_time, memory_time, ssd_time
+from hapmoe_milp.cost.primitives import BF16, attention_time, gemm_time, memory_time, scan_time
 from hapmoe_milp.specs.device import DeviceSpec
 from hapmoe_milp.specs.mixers import GatedDeltaNetShape, Mamba1Shape, Mamba2Shape
 from hapmoe_milp.specs.model import ModelSpec
@@ -38,6 +38,10 @@ from hapmoe_milp.specs.model import ModelSpec
 MIXER_PASSES = 8
 # Backward / forward time of Mamba-2's SSD scan: the attention FLOP ratio, assumed (module docstring).
 SSD_BWD_FACTOR = 2.5
+# Backward / forward time of the delta rule, measured: flash-linear-attention's Triton chunk_gated_delta_rule at
+# Qwen3.5-35B-A3B's (= Qwen3-Next's) shape, 1 x 8192 and 1 x 32768 tokens, 3.06 and 3.01 on H200, 3.22 and 3.36 on
+# GB200 (QwenLM/FlashQLA benchmark/benchmark_results_{H200,GB200}.txt @c18a4860).
+GDN_BWD_FACTOR = 3.1
 # Kernels per forward (estimates of Megatron-Core's layers with their fused kernels), of which GEMMs:
 # gated DeltaNet: norm, in-projection, conv, split/activation (2), q/k L2 norm (2), gates (2), the chunked
 # delta rule (6 kernels in flash-linear-attention), gated norm, out-projection, bias-dropout-add.
@@ -87,8 +91,11 @@ def mixer_cost(m: ModelSpec, dev: DeviceSpec, mixer: str, t: float, tp: int, seq
         gemm_f += gemm_time(dev, t, small / tp, inner, prec) + gemm_time(dev, t, inner / tp, shape.dt_rank, prec)
     scan_flops = 2 * t * shape.scan_macs() / tp
     if isinstance(shape, Mamba2Shape):
-        scan_f = ssd_time(dev, scan_flops)
+        scan_f = scan_time(dev, scan_flops, "ssd")
         scan_b = SSD_BWD_FACTOR * scan_f
+    elif isinstance(shape, GatedDeltaNetShape):
+        scan_f = scan_time(dev, scan_flops, "gdn")
+        scan_b = GDN_BWD_FACTOR * scan_f
     else:
         scan_f = attention_time(dev, scan_flops, seq, backward=False)
         scan_b = attention_time(dev, 2.5 * scan_flops, seq, backward=True)

@@ -84,16 +84,21 @@ def attention_time(dev: DeviceSpec, flops: float, seq: int, backward: bool) -> f
     return flops / (eff * dev.peak("bf16") * 1e12)
 
 
-def ssd_time(dev: DeviceSpec, flops: float) -> float:
-    """Mamba-2's chunked SSD scan at the device's measured SSD efficiency (``runtime.ssd_efficiency``).
+#: The runtime term that holds each chunked linear-scan kernel's measured efficiency.
+SCAN_TERMS = {"ssd": "ssd_efficiency", "gdn": "gdn_efficiency"}
 
-    Priced apart from attention: the SSD is five to eight short Triton kernels (chunk cumulative sums, chunk
-    states, state passing, the chunk-local matmuls) with FP32 intermediates, published at 3-13% of the BF16
-    peak on B200 and H100, where fused attention reaches 40-60% (``bench/calibration/microbenchmarks.yaml``,
-    kind ``ssd``)."""
+
+def scan_time(dev: DeviceSpec, flops: float, kernel: str) -> float:
+    """A chunked linear-scan kernel -- Mamba-2's SSD (``ssd``) or gated DeltaNet's delta rule (``gdn``) -- at
+    the device's measured efficiency for it (``runtime.ssd_efficiency`` / ``runtime.gdn_efficiency``).
+
+    Priced apart from attention: each is five to ten short Triton kernels (chunk cumulative sums, chunk states,
+    state passing, chunk-local matmuls, for the delta rule a triangular solve) with FP32 intermediates,
+    published at 3-13% of the BF16 peak on B200 and H100, where fused attention reaches 40-60%
+    (``bench/calibration/microbenchmarks.yaml``, kinds ``ssd`` and ``gdn``)."""
     if flops <= 0:
         return 0.0
-    return flops / (dev.runtime.ssd_efficiency * dev.peak("bf16") * 1e12)
+    return flops / (getattr(dev.runtime, SCAN_TERMS[kernel]) * dev.peak("bf16") * 1e12)
 
 
 def memory_time(dev: DeviceSpec, nbytes: float) -> float:

@@ -106,6 +106,14 @@ PARAMS: tuple[ParamInfo, ...] = (
         "because the chunk, state-passing and cumulative-sum kernels are short, FP32 and memory-heavy",
     ),
     ParamInfo(
+        "gdn_efficiency",
+        "fraction",
+        0.005,
+        0.9,
+        "the same for gated DeltaNet's chunked delta rule (flash-linear-attention's Triton chunk_gated_delta_rule), "
+        "counting 2 x GatedDeltaNetShape.scan_macs FLOPs per token",
+    ),
+    ParamInfo(
         "memory_efficiency",
         "fraction",
         0.2,
@@ -211,6 +219,7 @@ class RuntimeParams:
     stack_compute_scale: float = 1.0
     attention_scale: float = 1.0
     ssd_efficiency: float = 0.134
+    gdn_efficiency: float = 0.0582
     memory_efficiency: float = 0.8
     a2a_intra_GBps: float = 150.0
     a2a_inter_GBps: float = 40.0
